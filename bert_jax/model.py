@@ -1,0 +1,279 @@
+"""The BERT encoder of Devlin et al. 2019 in Flax NNX, with pretraining heads.
+
+The module tree mirrors Hugging Face ``BertForPreTraining`` one to one
+(``bert.embeddings.word_embeddings`` <-> ``embeddings.word_embeddings`` ...),
+so conversion is a renaming plus a transpose of dense kernels (see ``hf.py``).
+Parameters carry logical axis names only; ``sharding.py`` maps them to a mesh.
+
+Numerics: parameters are float32; matmul inputs are cast to
+``model.dtype`` and accumulate in float32 (on this CPU's AMX and on TPU/GPU
+that is the fast path); softmax, LayerNorm and logits run in float32.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+from flax import nnx
+
+from bert_jax import logical
+
+# Added to attention scores at padded keys. Scores are float32, so this is
+# finite and far below any real score; a fully padded row stays finite.
+MASK_BIAS = -1e9
+
+
+def _dtype(config: ml_collections.ConfigDict):
+  return jnp.dtype(config.get("dtype", "float32"))
+
+
+def _normal(config, axes):
+  return nnx.with_partitioning(
+      nnx.initializers.normal(config.initializer_range), axes,
+      eager_sharding=False)
+
+
+def _zeros(axes):
+  return nnx.with_partitioning(nnx.initializers.zeros_init(), axes,
+                               eager_sharding=False)
+
+
+def _ones(axes):
+  return nnx.with_partitioning(nnx.initializers.ones_init(), axes,
+                               eager_sharding=False)
+
+
+def matmul(x: jax.Array, w: jax.Array, dtype) -> jax.Array:
+  """x @ w with inputs in `dtype` and float32 accumulation, result in `dtype`."""
+  y = jnp.einsum("...i,io->...o", x.astype(dtype), w.astype(dtype),
+                 preferred_element_type=jnp.float32)
+  return y.astype(dtype)
+
+
+class Dense(nnx.Module):
+  """y = x W + b, kernel stored (in, out) like Flax; HF stores W transposed."""
+
+  def __init__(self, config, in_features: int, out_features: int,
+               axes: tuple, *, rngs: nnx.Rngs):
+    self.kernel = nnx.Param(_normal(config, axes)(
+        rngs.params(), (in_features, out_features)))
+    self.bias = nnx.Param(_zeros(axes[1:])(rngs.params(), (out_features,)))
+    self.dtype = _dtype(config)
+
+  def __call__(self, x):
+    return matmul(x, self.kernel[...], self.dtype) + self.bias[...].astype(
+        self.dtype)
+
+
+class LayerNorm(nnx.Module):
+  """LayerNorm computed in float32 (eps 1e-12 as in BERT)."""
+
+  def __init__(self, config, features: int, *, rngs: nnx.Rngs):
+    self.scale = nnx.Param(_ones(("norm",))(rngs.params(), (features,)))
+    self.bias = nnx.Param(_zeros(("norm",))(rngs.params(), (features,)))
+    self.eps = config.layer_norm_eps
+    self.dtype = _dtype(config)
+
+  def __call__(self, x):
+    x32 = x.astype(jnp.float32)
+    mean = jnp.mean(x32, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x32 - mean), axis=-1, keepdims=True)
+    y = (x32 - mean) * jax.lax.rsqrt(var + self.eps)
+    return (y * self.scale[...] + self.bias[...]).astype(self.dtype)
+
+
+def gelu(x):
+  """Exact (erf) GELU, as in the original BERT."""
+  return jax.nn.gelu(x, approximate=False)
+
+
+class Embeddings(nnx.Module):
+  """Token + position + segment embeddings, summed, LayerNorm, dropout."""
+
+  def __init__(self, config, *, rngs: nnx.Rngs):
+    d = config.hidden_size
+    self.word_embeddings = nnx.Param(_normal(config, ("vocab", "embed"))(
+        rngs.params(), (config.vocab_size, d)))
+    self.position_embeddings = nnx.Param(_normal(config, ("position", "embed"))(
+        rngs.params(), (config.max_position_embeddings, d)))
+    self.token_type_embeddings = nnx.Param(_normal(config, ("type", "embed"))(
+        rngs.params(), (config.type_vocab_size, d)))
+    self.layer_norm = LayerNorm(config, d, rngs=rngs)
+    self.dropout = nnx.Dropout(config.hidden_dropout_prob)
+    self.dtype = _dtype(config)
+
+  def __call__(self, input_ids, segment_ids, *, deterministic, rngs):
+    seq_len = input_ids.shape[-1]
+    x = jnp.take(self.word_embeddings[...], input_ids, axis=0)
+    x = x + self.position_embeddings[...][:seq_len][None]
+    x = x + jnp.take(self.token_type_embeddings[...], segment_ids, axis=0)
+    x = logical.constrain(x, ("activation_batch", "activation_length",
+                              "activation_embed"))
+    x = self.layer_norm(x)
+    return self.dropout(x, deterministic=deterministic, rngs=rngs)
+
+
+class SelfAttention(nnx.Module):
+  """Multi-head self-attention with biases, post-LN residual (BertAttention)."""
+
+  def __init__(self, config, *, rngs: nnx.Rngs):
+    d = config.hidden_size
+    self.num_heads = config.num_attention_heads
+    self.query = Dense(config, d, d, ("embed", "heads"), rngs=rngs)
+    self.key = Dense(config, d, d, ("embed", "heads"), rngs=rngs)
+    self.value = Dense(config, d, d, ("embed", "heads"), rngs=rngs)
+    self.output = Dense(config, d, d, ("heads", "embed"), rngs=rngs)
+    self.layer_norm = LayerNorm(config, d, rngs=rngs)
+    self.attention_dropout = nnx.Dropout(config.attention_probs_dropout_prob)
+    self.output_dropout = nnx.Dropout(config.hidden_dropout_prob)
+    self.dtype = _dtype(config)
+
+  def _heads(self, x):
+    b, t, d = x.shape
+    x = x.reshape(b, t, self.num_heads, d // self.num_heads)
+    return logical.constrain(x, ("activation_batch", "activation_length",
+                                 "activation_heads", None))
+
+  def __call__(self, x, mask_bias, *, deterministic, rngs):
+    q, k, v = (self._heads(f(x)) for f in (self.query, self.key, self.value))
+    head_dim = q.shape[-1]
+    q = q * jnp.asarray(head_dim ** -0.5, q.dtype)
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k,
+                        preferred_element_type=jnp.float32)
+    probs = jax.nn.softmax(scores + mask_bias, axis=-1)
+    probs = self.attention_dropout(probs, deterministic=deterministic,
+                                   rngs=rngs)
+    ctx = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(self.dtype), v,
+                     preferred_element_type=jnp.float32).astype(self.dtype)
+    ctx = ctx.reshape(x.shape)
+    out = self.output_dropout(self.output(ctx), deterministic=deterministic,
+                              rngs=rngs)
+    return self.layer_norm(out + x)
+
+
+class FeedForward(nnx.Module):
+  """Dense -> GELU -> Dense, post-LN residual (BertIntermediate + BertOutput)."""
+
+  def __init__(self, config, *, rngs: nnx.Rngs):
+    d, f = config.hidden_size, config.intermediate_size
+    self.intermediate = Dense(config, d, f, ("embed", "mlp"), rngs=rngs)
+    self.output = Dense(config, f, d, ("mlp", "embed"), rngs=rngs)
+    self.layer_norm = LayerNorm(config, d, rngs=rngs)
+    self.dropout = nnx.Dropout(config.hidden_dropout_prob)
+
+  def __call__(self, x, *, deterministic, rngs):
+    h = gelu(self.intermediate(x))
+    h = logical.constrain(h, ("activation_batch", "activation_length",
+                              "activation_mlp"))
+    out = self.dropout(self.output(h), deterministic=deterministic, rngs=rngs)
+    return self.layer_norm(out + x)
+
+
+class Layer(nnx.Module):
+  """One post-LN transformer block (BertLayer)."""
+
+  def __init__(self, config, *, rngs: nnx.Rngs):
+    self.attention = SelfAttention(config, rngs=rngs)
+    self.feed_forward = FeedForward(config, rngs=rngs)
+
+  def __call__(self, x, mask_bias, *, deterministic, rngs):
+    x = self.attention(x, mask_bias, deterministic=deterministic, rngs=rngs)
+    x = self.feed_forward(x, deterministic=deterministic, rngs=rngs)
+    return logical.constrain(x, ("activation_batch", "activation_length",
+                                 "activation_embed"))
+
+
+class BertModel(nnx.Module):
+  """Embeddings, encoder stack and pooler (dense + tanh on [CLS])."""
+
+  def __init__(self, config, *, rngs: nnx.Rngs):
+    validate_model_config(config)
+    self.embeddings = Embeddings(config, rngs=rngs)
+    self.layers = nnx.List(
+        [Layer(config, rngs=rngs) for _ in range(config.num_hidden_layers)])
+    self.pooler = Dense(config, config.hidden_size, config.hidden_size,
+                        ("embed", None), rngs=rngs)
+
+  def __call__(self, input_ids, input_mask, segment_ids, *,
+               deterministic=True, rngs=None):
+    """Returns (sequence_output [B,T,d], pooled_output [B,d])."""
+    x = self.embeddings(input_ids, segment_ids, deterministic=deterministic,
+                        rngs=rngs)
+    mask_bias = jnp.where(input_mask[:, None, None, :] > 0, 0.0,
+                          MASK_BIAS).astype(jnp.float32)
+    for layer in self.layers:
+      x = layer(x, mask_bias, deterministic=deterministic, rngs=rngs)
+    pooled = jnp.tanh(self.pooler(x[:, 0]).astype(jnp.float32))
+    return x, pooled
+
+
+class MaskedLMHead(nnx.Module):
+  """Dense + GELU + LayerNorm, then the decoder tied to the word embeddings."""
+
+  def __init__(self, config, *, rngs: nnx.Rngs):
+    d = config.hidden_size
+    self.transform = Dense(config, d, d, ("embed", None), rngs=rngs)
+    self.layer_norm = LayerNorm(config, d, rngs=rngs)
+    self.bias = nnx.Param(_zeros(("vocab",))(rngs.params(),
+                                             (config.vocab_size,)))
+    self.dtype = _dtype(config)
+
+  def __call__(self, x, word_embeddings):
+    h = self.layer_norm(gelu(self.transform(x)))
+    logits = jnp.einsum("...d,vd->...v", h, word_embeddings.astype(self.dtype),
+                        preferred_element_type=jnp.float32)
+    return logits + self.bias[...]
+
+
+class BertForPreTraining(nnx.Module):
+  """BERT with the MLM and NSP heads (HF ``BertForPreTraining``)."""
+
+  def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
+    self.bert = BertModel(config, rngs=rngs)
+    self.mlm_head = MaskedLMHead(config, rngs=rngs)
+    self.nsp_head = Dense(config, config.hidden_size, 2, ("embed", "classes"),
+                          rngs=rngs)
+
+  def __call__(self, input_ids, input_mask, segment_ids,
+               masked_lm_positions=None, *, deterministic=True, rngs=None):
+    """Returns dict(mlm_logits, nsp_logits, sequence_output, pooled_output).
+
+    With `masked_lm_positions` [B,P], MLM logits are computed only at those
+    positions ([B,P,V]); without, at every position ([B,T,V]).
+    """
+    seq, pooled = self.bert(input_ids, input_mask, segment_ids,
+                            deterministic=deterministic, rngs=rngs)
+    if masked_lm_positions is not None:
+      seq_for_mlm = jnp.take_along_axis(seq, masked_lm_positions[..., None],
+                                        axis=1)
+    else:
+      seq_for_mlm = seq
+    mlm_logits = self.mlm_head(seq_for_mlm,
+                               self.bert.embeddings.word_embeddings[...])
+    nsp_logits = (pooled @ self.nsp_head.kernel[...]
+                  + self.nsp_head.bias[...])
+    return dict(mlm_logits=mlm_logits, nsp_logits=nsp_logits,
+                sequence_output=seq, pooled_output=pooled)
+
+
+def validate_model_config(config: ml_collections.ConfigDict) -> None:
+  """Raise one clear ValueError for an inconsistent model config."""
+  if config.hidden_size % config.num_attention_heads:
+    raise ValueError(
+        f"model.hidden_size={config.hidden_size} is not divisible by "
+        f"model.num_attention_heads={config.num_attention_heads}.")
+  if config.hidden_act != "gelu":
+    raise ValueError(f"model.hidden_act={config.hidden_act!r} is not supported;"
+                     " BERT uses 'gelu' (exact erf GELU).")
+  for field in ("vocab_size", "hidden_size", "num_hidden_layers",
+                "intermediate_size", "max_position_embeddings",
+                "type_vocab_size"):
+    if int(config[field]) <= 0:
+      raise ValueError(f"model.{field}={config[field]} must be positive.")
+
+
+def count_params(model: nnx.Module) -> int:
+  """Number of parameters (the tied MLM decoder is the embedding: counted once)."""
+  state = nnx.state(model, nnx.Param)
+  return sum(int(x.size) for x in jax.tree.leaves(state))
