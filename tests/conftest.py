@@ -1,0 +1,56 @@
+"""Shared test setup: CPU only, quiet TF, and a tiny trainable config."""
+
+import os
+import subprocess
+import sys
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Flags that shrink configs/tiny.py to a seconds-scale run on 2 CPU cores.
+TINY_OVERRIDES = (
+    "--config.model.vocab_size=512",
+    "--config.model.hidden_size=64",
+    "--config.model.num_attention_heads=4",
+    "--config.model.intermediate_size=256",
+    "--config.model.max_position_embeddings=64",
+    "--config.data.tokenizer_vocab_size=512",
+    "--config.data.seq_length=32",
+    "--config.data.max_predictions_per_seq=5",
+    "--config.data.num_eval_batches=2",
+    "--config.train.batch_size=16",
+    "--config.train.learning_rate=2e-3",
+    "--config.train.warmup_steps=5",
+)
+
+
+def tiny_config():
+  """configs/tiny.py with TINY_OVERRIDES applied, as a ConfigDict."""
+  sys.path.insert(0, REPO)
+  from configs import tiny  # pylint: disable=g-import-not-at-top
+  config = tiny.get_config()
+  for flag in TINY_OVERRIDES:
+    key, value = flag[len("--config."):].split("=")
+    group, field = key.split(".")
+    config[group][field] = type(config[group][field])(value)
+  return config
+
+
+def run_main(workdir, *flags, env=None, timeout=600):
+  """Run `python -m bert_jax.main` with the tiny config; returns the result."""
+  cmd = [sys.executable, "-m", "bert_jax.main", "--config",
+         os.path.join(REPO, "configs", "tiny.py"), "--workdir", str(workdir),
+         *TINY_OVERRIDES, *flags]
+  full_env = dict(os.environ, **(env or {}))
+  return subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True,
+                        text=True, timeout=timeout)
+
+
+@pytest.fixture
+def tiny():
+  return tiny_config()

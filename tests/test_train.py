@@ -1,0 +1,78 @@
+"""End-to-end training: the loss falls, runs resume, bad configs fail clearly."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from bert_jax import train
+from tests.conftest import run_main, tiny_config
+
+
+def read_metrics(workdir, split="train"):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    rows = [json.loads(line) for line in f]
+  return [r for r in rows if r["split"] == split]
+
+
+def test_loss_falls_and_metrics_are_logged(tmp_path):
+  config = tiny_config()
+  config.train.num_steps = 40
+  config.train.log_every = 1
+  config.train.eval_every = 40
+  config.checkpoint.save_every_steps = 40
+  final = train.train_and_evaluate(config, str(tmp_path))
+  rows = read_metrics(tmp_path)
+  assert [r["step"] for r in rows] == list(range(1, 41))
+  required = {"step", "split", "loss", "mlm_loss", "mlm_accuracy",
+              "nsp_accuracy", "learning_rate", "tokens_per_sec"}
+  assert required <= set(rows[0])
+  first = np.mean([r["loss"] for r in rows[:5]])
+  last = np.mean([r["loss"] for r in rows[-5:]])
+  assert last < first - 1.0, (first, last)
+  evals = read_metrics(tmp_path, "eval")
+  assert evals[-1]["step"] == 40 and 0 <= evals[-1]["mlm_accuracy"] <= 1
+  assert final["eval_mlm_accuracy"] == evals[-1]["mlm_accuracy"]
+  assert os.listdir(os.path.join(tmp_path, "tensorboard", "train"))
+
+
+def test_rerun_resumes_from_latest_checkpoint(tmp_path):
+  common = ("--config.train.log_every=1", "--config.train.eval_every=100",
+            "--config.checkpoint.save_every_steps=3")
+  first = run_main(tmp_path, "--config.train.num_steps=6", *common)
+  assert first.returncode == 0, first.stderr[-3000:]
+  second = run_main(tmp_path, "--config.train.num_steps=9", *common)
+  assert second.returncode == 0, second.stderr[-3000:]
+  assert "Resumed from checkpoint step 6" in second.stderr
+  steps = [r["step"] for r in read_metrics(tmp_path)]
+  assert steps == list(range(1, 10))  # 7..9 continue; nothing repeated.
+  assert "9" in os.listdir(os.path.join(tmp_path, "checkpoints"))
+
+
+@pytest.mark.parametrize("flag,message", [
+    ("--config.model.num_attention_heads=3",
+     "model.hidden_size=64 is not divisible by model.num_attention_heads=3"),
+    ("--config.data.seq_length=128",
+     "data.seq_length=128 exceeds model.max_position_embeddings=64"),
+    ("--config.data.train_files=/nonexistent/dir/*.txt", "/nonexistent/dir"),
+])
+def test_bad_input_fails_with_one_clear_line_and_leaves_workdir(
+    tmp_path, flag, message):
+  marker = tmp_path / "keep.txt"
+  marker.write_text("user data")
+  result = run_main(tmp_path, flag, "--config.train.num_steps=2")
+  assert result.returncode != 0
+  assert message in result.stderr, result.stderr[-2000:]
+  assert "Traceback" not in result.stderr
+  assert sorted(os.listdir(tmp_path)) == ["keep.txt"]
+  assert marker.read_text() == "user data"
+
+
+def test_batch_not_divisible_by_data_parallel_size_names_both():
+  config = tiny_config()
+  config.train.batch_size = 12
+  with pytest.raises(ValueError, match=r"train.batch_size=12 .*mesh.data\*"
+                     r"mesh.fsdp=8"):
+    train.validate_config(config, num_devices=8)
