@@ -1,11 +1,28 @@
-"""Orbax checkpoints: train state, data-iterator state and a JSON of metadata.
+"""Orbax checkpoints you can trust: exact resume, any mesh, corruption handling.
 
 Layout: ``WORKDIR/checkpoints/<step>/{state,data,meta}``.
-- ``state``: {step, rng, params, opt_state, ...} saved with StandardSave
-  (async), restored onto whatever mesh the target shardings describe.
-- ``data``: each process's tf.data iterator state (``process_<i>``), written
-  synchronously at the moment of the save so it matches the state exactly.
+- ``state``: {step, rng, params, opt_state, nonfinite counters} saved with
+  StandardSave (async: the arrays are copied off the devices before
+  ``save`` returns, written in a background thread), restored onto whatever
+  mesh the target shardings describe (8 devices -> 2 -> 1 gives identical
+  values).
+- ``data``: the tf.data iterator state. Orbax runs this (synchronous) item
+  inside ``save`` before it returns, so it is the iterator position of the
+  same step as ``state`` (``tests/test_checkpointing.py`` checks it).
 - ``meta``: the config and the last logged metrics, as JSON.
+
+Guarantees (each has a test):
+- A step directory is only listed once Orbax committed it (tmp directory
+  renamed / commit_success written); a save killed half-way is ignored and its
+  temporary directory removed when the next run starts.
+- If the newest committed step cannot be read (a truncated or missing file),
+  ``restore_latest`` warns, moves it to ``WORKDIR/checkpoints_corrupt/`` and
+  resumes from the previous good step.
+- ``save`` refuses to write non-finite parameters or optimizer state.
+- Restoring into a config whose shapes differ raises one ``ValueError`` naming
+  the parameter path and both shapes (never a silent partial restore).
+  Loading params alone from another run is explicit: ``restore_params``
+  (``train.init_from``).
 
 ``load_params`` reads the parameters alone as numpy with no mesh and no
 TensorFlow (for export and analysis).
@@ -16,9 +33,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
+import uuid
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
@@ -26,13 +46,24 @@ from absl import logging
 from etils import epath
 
 STATE, DATA, META = "state", "data", "meta"
+ITEMS = (STATE, DATA, META)
+CORRUPT_DIR = "checkpoints_corrupt"
+
+
+class CheckpointMismatchError(ValueError):
+  """The checkpoint's tree does not fit this config's model/optimizer."""
 
 
 # ------------------------------------------------------------------------------
 # Data iterator as an Orbax item.
 # ------------------------------------------------------------------------------
 class DataIteratorHandler(ocp.CheckpointHandler):
-  """Saves/restores an iterator exposing ``save(dir)``/``restore(dir)``."""
+  """Saves/restores an iterator exposing ``save(dir)``/``restore(dir)``.
+
+  Not an AsyncCheckpointHandler on purpose: Orbax runs synchronous items to
+  completion inside ``CheckpointManager.save``, before the loop advances the
+  iterator again.
+  """
 
   def save(self, directory: epath.Path, args: "DataIteratorSave"):
     directory.mkdir(parents=True, exist_ok=True)
@@ -56,30 +87,187 @@ class DataIteratorRestore(ocp.args.CheckpointArgs):
 
 
 # ------------------------------------------------------------------------------
+# Tree paths, shape checks and finiteness.
+# ------------------------------------------------------------------------------
+def _key_str(k) -> str:
+  for attr in ("key", "name", "idx"):
+    if hasattr(k, attr):
+      return str(getattr(k, attr))
+  return str(k)
+
+
+def path_str(path) -> str:
+  """('params', 'bert', 0, ...) key path -> 'params/bert/0/...'.
+
+  Orbax stores namedtuple fields and int keys as strings; this form is the
+  same for the stored tree and for the live one.
+  """
+  return "/".join(_key_str(k) for k in path)
+
+
+def _flat(tree) -> dict[str, Any]:
+  leaves = jax.tree_util.tree_flatten_with_path(
+      tree, is_leaf=lambda x: x is None)[0]
+  return {path_str(p): v for p, v in leaves if v is not None}
+
+
+def _shape(x) -> tuple:
+  return tuple(getattr(x, "shape", ()) or ())
+
+
+def config_differences(stored: dict | None, current) -> list[str]:
+  """Model/optimizer fields that differ between a stored config and `current`."""
+  if not stored or current is None:
+    return []
+  current = current.to_dict() if hasattr(current, "to_dict") else dict(current)
+  out = []
+  for group, fields in (("model", None), ("train", ("optimizer",))):
+    a, b = stored.get(group, {}) or {}, current.get(group, {}) or {}
+    for f in sorted(set(a) | set(b)):
+      if fields is not None and f not in fields:
+        continue
+      if a.get(f) != b.get(f):
+        out.append(f"{group}.{f}: {a.get(f)!r} in the checkpoint, "
+                   f"{b.get(f)!r} in this config")
+  return out
+
+
+def check_compatible(stored_tree, target_tree, *, source: str,
+                     stored_config: dict | None = None,
+                     current_config=None, hint: str = "") -> None:
+  """Raise CheckpointMismatchError naming paths and both shapes on mismatch."""
+  stored, target = _flat(stored_tree), _flat(target_tree)
+  problems = []
+  for p, t in target.items():
+    if p not in stored:
+      problems.append(f"{p} (shape {_shape(t)}) is missing from the checkpoint")
+    elif _shape(stored[p]) != _shape(t):
+      problems.append(f"{p} has shape {_shape(stored[p])} in the checkpoint "
+                      f"but {_shape(t)} in this config")
+  for p in stored:
+    if p not in target:
+      problems.append(f"{p} (shape {_shape(stored[p])}) is in the checkpoint "
+                      "but not in this config's model")
+  if not problems:
+    return
+  # Shape mismatches first: they name the config field most directly.
+  problems.sort(key=lambda s: ("has shape" not in s,
+                               not s.startswith("params/")))
+  msg = (f"Checkpoint {source} does not match this config: {problems[0]}")
+  if len(problems) > 1:
+    msg += f" (and {len(problems) - 1} more: {'; '.join(problems[1:4])}"
+    msg += "; ...)" if len(problems) > 4 else ")"
+  diffs = config_differences(stored_config, current_config)
+  if diffs:
+    msg += ". Config fields that differ: " + "; ".join(diffs)
+  msg += "." + (f" {hint}" if hint else "")
+  raise CheckpointMismatchError(msg)
+
+
+def _all_finite(x) -> bool:
+  """NaN/Inf check on this process's shards, on the host (no compile)."""
+  if isinstance(x, jax.Array):
+    return all(np.isfinite(np.asarray(s.data)).all()
+               for s in x.addressable_shards if s.replica_id == 0)
+  return bool(np.isfinite(np.asarray(x)).all())
+
+
+def nonfinite_paths(tree) -> list[str]:
+  """Paths of floating-point leaves holding NaN or Inf, on any process.
+
+  Runs on the host over each process's own shards (a checkpoint save copies
+  them off the devices anyway), so it compiles nothing.
+  """
+  flat = {p: x for p, x in _flat(tree).items()
+          if jnp.issubdtype(getattr(x, "dtype", np.float32), jnp.inexact)}
+  ok = np.asarray([_all_finite(x) for x in flat.values()], np.int32)
+  if jax.process_count() > 1 and ok.size:
+    from jax.experimental import multihost_utils
+    ok = np.asarray(multihost_utils.process_allgather(ok)).reshape(
+        -1, ok.size).min(axis=0)
+  return [p for p, good in zip(flat, ok) if not good]
+
+
+# ------------------------------------------------------------------------------
 # Manager.
 # ------------------------------------------------------------------------------
 def checkpoint_dir(workdir: str) -> str:
-  return os.path.join(os.path.abspath(workdir), "checkpoints")
+  return os.path.join(_abs(workdir), "checkpoints")
+
+
+def _abs(path: str) -> str:
+  """Absolute local path; URLs (gs://...) unchanged."""
+  path = os.fspath(path)
+  return path.rstrip("/") if "://" in path else os.path.abspath(path)
+
+
+def _options(ckpt_config, read_only: bool = False):
+  max_to_keep = ckpt_config.get("max_to_keep", 3) if ckpt_config else None
+  keep_period = (ckpt_config.get("keep_period", 0) or 0) if ckpt_config else 0
+  policies = [ocp.checkpoint_managers.LatestN(n=max_to_keep or None)]
+  if keep_period > 0:
+    policies.append(ocp.checkpoint_managers.EveryNSteps(int(keep_period)))
+  return ocp.CheckpointManagerOptions(
+      preservation_policy=ocp.checkpoint_managers.AnyPreservationPolicy(
+          policies),
+      enable_async_checkpointing=(
+          bool(ckpt_config.get("async_save", True)) if ckpt_config else False),
+      create=not read_only,
+      read_only=read_only,
+      # Half-written saves of a killed run must not linger or block saves.
+      cleanup_tmp_directories=not read_only,
+  )
 
 
 class Checkpointer:
-  """Thin wrapper over ocp.CheckpointManager with our three items."""
+  """ocp.CheckpointManager with our three items, checks and fallbacks.
+
+  Keeps the newest ``checkpoint.max_to_keep`` steps plus, permanently, every
+  step that is a multiple of ``checkpoint.keep_period`` (0: none).
+  """
 
   def __init__(self, workdir: str, ckpt_config: ml_collections.ConfigDict):
-    options = ocp.CheckpointManagerOptions(
-        max_to_keep=ckpt_config.max_to_keep,
-        enable_async_checkpointing=ckpt_config.get("async_save", True),
-        create=True,
-    )
+    self.workdir = _abs(workdir)
+    self.directory = checkpoint_dir(workdir)
     self.manager = ocp.CheckpointManager(
-        checkpoint_dir(workdir), options=options,
-        item_names=(STATE, DATA, META))
+        self.directory, options=_options(ckpt_config),
+        item_handlers={STATE: ocp.StandardCheckpointHandler(),
+                       DATA: DataIteratorHandler(),
+                       META: ocp.JsonCheckpointHandler()})
+    self._closed = False
 
+  # ---- Queries.
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
 
+  def all_steps(self) -> list[int]:
+    return sorted(self.manager.all_steps())
+
+  def _step_dir(self, step: int) -> str:
+    return os.path.join(self.directory, str(step))
+
+  def stored_state_tree(self, step: int):
+    """The tree of ArrayMetadata (shapes, dtypes) of a step's ``state``."""
+    return _stored_state_tree(self._step_dir(step))
+
+  def read_meta(self, step: int) -> dict:
+    return read_meta(self.workdir, step)
+
+  # ---- Save.
   def save(self, step: int, state, iterator=None, meta: dict | None = None,
            force: bool = False) -> bool:
+    """Start an (async) save of state + iterator position + meta at `step`.
+
+    Raises FloatingPointError, writing nothing, if params or optimizer state
+    hold NaN/Inf: a non-finite checkpoint would poison every resume.
+    """
+    bad = nonfinite_paths({"params": state["params"],
+                           "opt_state": state["opt_state"]})
+    if bad:
+      raise FloatingPointError(
+          f"Refusing to checkpoint step {step}: non-finite values in "
+          f"{', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}. The last "
+          f"good checkpoint is step {self.latest_step()}.")
     items = {STATE: ocp.args.StandardSave(state),
              META: ocp.args.JsonSave(meta or {})}
     if iterator is not None:
@@ -87,24 +275,191 @@ class Checkpointer:
     return self.manager.save(step, args=ocp.args.Composite(**items),
                              force=force)
 
-  def restore(self, step: int, abstract_state, iterator=None):
-    """Restore state onto the shardings carried by `abstract_state`."""
+  # ---- Restore.
+  def restore(self, step: int, abstract_state, iterator=None, config=None):
+    """Restore `step` onto the shardings carried by `abstract_state`.
+
+    The stored shapes are compared with `abstract_state` first: a different
+    model or optimizer raises CheckpointMismatchError naming the path and
+    both shapes. The iterator (if given) is restored to the same step.
+    """
+    try:
+      stored_config = self.read_meta(step).get("config")
+    except (OSError, ValueError):
+      stored_config = None
+    check_compatible(
+        self.stored_state_tree(step), abstract_state,
+        source=self._step_dir(step), stored_config=stored_config,
+        current_config=config,
+        hint=("Use a new --workdir, or set the model fields to the ones the "
+              "checkpoint was trained with; to start a new run from its "
+              "weights only, set train.init_from to its workdir."))
     items = {STATE: ocp.args.StandardRestore(abstract_state)}
     if iterator is not None:
-      items[DATA] = DataIteratorRestore(iterator)
+      if (epath.Path(self._step_dir(step)) / DATA).is_dir():
+        items[DATA] = DataIteratorRestore(iterator)
+      else:
+        logging.warning("Checkpoint step %d has no data-iterator state; the "
+                        "input starts from the beginning.", step)
     restored = self.manager.restore(step, args=ocp.args.Composite(**items))
     return restored[STATE]
 
+  def restore_latest(self, abstract_state, iterator=None, config=None):
+    """(state, step) from the newest readable step, or (None, None) if none.
+
+    A step that cannot be read (truncated or missing files) or holds
+    non-finite params is moved to WORKDIR/checkpoints_corrupt/ with a warning
+    and the previous step is tried. A config mismatch is raised, not skipped.
+    """
+    steps = self.all_steps()
+    failures = []
+    for step in reversed(steps):
+      try:
+        stored = self.stored_state_tree(step)
+        del stored
+      except Exception as e:  # pylint: disable=broad-except
+        failures.append((step, e))
+        self._quarantine(step, e)
+        continue
+      try:
+        state = self.restore(step, abstract_state, iterator, config)
+      except CheckpointMismatchError:
+        raise
+      except Exception as e:  # pylint: disable=broad-except
+        failures.append((step, e))
+        self._quarantine(step, e)
+        continue
+      bad = nonfinite_paths(state["params"])
+      if bad:
+        e = FloatingPointError(f"non-finite params {bad[:3]}")
+        failures.append((step, e))
+        self._quarantine(step, e)
+        continue
+      if failures:
+        logging.warning(
+            "Resumed from step %d, the newest good checkpoint; unreadable "
+            "newer step(s) %s were moved to %s.", step,
+            [s for s, _ in failures], os.path.join(self.workdir, CORRUPT_DIR))
+      return state, step
+    if failures:
+      raise ValueError(
+          f"No readable checkpoint in {self.directory}: steps "
+          f"{[s for s, _ in failures]} failed (moved to "
+          f"{os.path.join(self.workdir, CORRUPT_DIR)}); first error: "
+          f"{_first_line(failures[0][1])}")
+    return None, None
+
+  def _quarantine(self, step: int, error: Exception) -> None:
+    src = epath.Path(self._step_dir(step))
+    dst = epath.Path(self.workdir) / CORRUPT_DIR / f"{step}-{int(time.time())}"
+    logging.warning(
+        "Checkpoint step %d in %s cannot be used (%s: %s); moving it to %s "
+        "and trying the previous step.", step, self.directory,
+        type(error).__name__, _first_line(error), dst)
+    if jax.process_index() == 0:
+      try:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        src.rename(dst)
+      except Exception as e:  # pylint: disable=broad-except
+        logging.warning("Could not move %s (%s); deleting it.", src, e)
+        self.manager.delete(step)
+    _sync("bert_jax_checkpoint_quarantine")
+    self.manager.reload()
+
   def wait(self):
-    self.manager.wait_until_finished()
+    """Block until in-flight async saves are committed."""
+    if not self._closed:
+      self.manager.wait_until_finished()
 
   def close(self):
-    self.manager.close()
+    if not self._closed:
+      self.manager.close()
+      self._closed = True
+
+
+def _first_line(error: Exception, limit: int = 300) -> str:
+  text = str(error).strip().splitlines()
+  return (text[0] if text else "")[:limit]
+
+
+def _sync(name: str) -> None:
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    multihost_utils.sync_global_devices(name)
 
 
 # ------------------------------------------------------------------------------
-# Mesh-free reading for export and analysis.
+# Params alone: partial restore (sharded) and mesh-free numpy reading.
 # ------------------------------------------------------------------------------
+def resolve_step_dir(path: str, step: int | None = None) -> tuple[str, int]:
+  """A workdir, its checkpoints/ dir, or one step dir -> (step dir, step)."""
+  path = _abs(path)
+  base = os.path.basename(path)
+  if base.isdigit() and (epath.Path(path) / STATE).is_dir():
+    if step is not None and step != int(base):
+      raise ValueError(f"{path} is step {base}, not step {step}.")
+    return path, int(base)
+  directory = path if base == "checkpoints" else checkpoint_dir(path)
+  if not epath.Path(directory).is_dir():
+    raise FileNotFoundError(f"No checkpoints under {directory}.")
+  # Committed steps only: an interrupted save is a "<step>.orbax-checkpoint-
+  # tmp-<time>" directory (or, on object stores, lacks commit_success.txt).
+  local = "://" not in directory
+  steps = sorted(
+      int(d.name) for d in epath.Path(directory).iterdir()
+      if d.name.isdigit() and (d / STATE).is_dir() and
+      (local or (d / "commit_success.txt").exists()))
+  chosen = steps[-1] if (step is None and steps) else step
+  if chosen is None or chosen not in steps:
+    raise FileNotFoundError(
+        f"No checkpoint step {step} under {directory}; available: {steps}.")
+  return os.path.join(directory, str(chosen)), chosen
+
+
+def _read_json(path: str) -> dict:
+  return json.loads(epath.Path(path).read_text())
+
+
+def _restore_params(step_dir: str, item, restore_args) -> Any:
+  """Restore the ``params`` subtree of a step's state with given RestoreArgs."""
+  with ocp.PyTreeCheckpointer() as ckptr:
+    restored = ckptr.restore(
+        os.path.join(step_dir, STATE),
+        args=ocp.args.PyTreeRestore(
+            item={"params": item}, restore_args={"params": restore_args},
+            partial_restore=True))
+  return restored["params"]
+
+
+def _stored_state_tree(step_dir: str):
+  """Shapes and dtypes of a step's ``state`` item, read from its metadata."""
+  with ocp.PyTreeCheckpointer() as ckptr:
+    md = ckptr.metadata(os.path.join(step_dir, STATE))
+  tree = md.item_metadata if hasattr(md, "item_metadata") else md
+  tree = tree.tree if hasattr(tree, "tree") else tree
+  if not tree:
+    raise FileNotFoundError(f"{step_dir}/{STATE} has no readable metadata.")
+  return tree
+
+
+def _stored_params_tree(step_dir: str):
+  return _stored_state_tree(step_dir)["params"]
+
+
+def _stored_config(step_dir: str) -> dict | None:
+  try:
+    return _read_json(os.path.join(step_dir, META, "metadata")).get("config")
+  except (OSError, ValueError):
+    return None
+
+
+def _to_orbax_keys(tree):
+  """Int dict keys -> str, as Orbax stores them (for restore targets)."""
+  if isinstance(tree, dict):
+    return {str(k): _to_orbax_keys(v) for k, v in tree.items()}
+  return tree
+
+
 def _int_keys(tree):
   """Orbax stores dict keys as strings; layer indices come back as ints."""
   if isinstance(tree, dict):
@@ -113,51 +468,113 @@ def _int_keys(tree):
   return tree
 
 
+def restore_params(path: str, abstract_params, *, step: int | None = None,
+                   config=None):
+  """Params alone from another run's checkpoint, onto `abstract_params`' mesh.
+
+  `path`: a workdir, its ``checkpoints/`` directory or one step directory.
+  `abstract_params`: ShapeDtypeStructs with shardings (our pure-dict layout).
+  Shapes must match (CheckpointMismatchError otherwise). Used for
+  ``train.init_from``: a new run from pretrained weights with a fresh
+  optimizer, step 0 and fresh data order.
+  """
+  step_dir, step = resolve_step_dir(path, step)
+  check_compatible(
+      {"params": _stored_params_tree(step_dir)}, {"params": abstract_params},
+      source=step_dir, stored_config=_stored_config(step_dir),
+      current_config=config,
+      hint="train.init_from needs the same model architecture.")
+  target = _to_orbax_keys(abstract_params)
+  restore_args = jax.tree.map(
+      lambda a: ocp.ArrayRestoreArgs(sharding=a.sharding, global_shape=a.shape,
+                                     dtype=a.dtype), target)
+  restored = _restore_params(step_dir, target, restore_args)
+  logging.info("Initialized params from %s (step %d).", step_dir, step)
+  return _int_keys(restored), step
+
+
+def place_params(params, abstract_params, *, source: str = "params"):
+  """Host (numpy) params -> global arrays on `abstract_params`' shardings.
+
+  Leaves are matched by path (int or str layer keys alike); shapes are
+  checked first (CheckpointMismatchError naming path and shapes).
+  """
+  check_compatible({"params": params}, {"params": abstract_params},
+                   source=source)
+  flat = _flat(params)
+
+  def put(path, a):
+    x = np.asarray(flat[path_str(path)], a.dtype)
+    return jax.make_array_from_callback(a.shape, a.sharding,
+                                        lambda idx: x[idx])
+
+  return jax.tree_util.tree_map_with_path(put, abstract_params)
+
+
 def load_params(workdir: str, step: int | None = None):
   """Parameters as a nested dict of float32 numpy arrays, plus the config.
 
-  Needs no mesh and no TensorFlow; works for any number of devices the run
-  used. Returns (params, config, step).
+  Needs no mesh, no devices matching the run and no TensorFlow: a checkpoint
+  written on 8 TPU chips loads on a laptop. `workdir` may also be a
+  ``checkpoints/`` or step directory. Returns (params, config, step), layer
+  indices as int keys (the layout of ``nnx.state(model).to_pure_dict()``).
   """
-  directory = checkpoint_dir(workdir)
-  if not os.path.isdir(directory):
-    raise FileNotFoundError(f"No checkpoints under {directory}.")
-  with ocp.CheckpointManager(directory, item_names=(STATE, DATA, META)) as mgr:
-    step = mgr.latest_step() if step is None else step
-    if step is None or step not in mgr.all_steps():
-      raise FileNotFoundError(
-          f"No checkpoint step {step} under {directory}; available: "
-          f"{list(mgr.all_steps())}.")
-    meta = mgr.restore(step, args=ocp.args.Composite(
-        **{META: ocp.args.JsonRestore()}))[META]
-    # Restore the params subtree only, onto host memory (numpy).
-    metadata = mgr.item_metadata(step)[STATE]
-    tree = metadata.tree if hasattr(metadata, "tree") else metadata
-    target = jax.tree.map(
-        lambda m: ocp.RestoreArgs(restore_type=np.ndarray),
-        tree["params"])
-    ckptr = ocp.PyTreeCheckpointer()
-    restored = ckptr.restore(
-        os.path.join(directory, str(step), STATE),
-        args=ocp.args.PyTreeRestore(
-            item={"params": tree["params"]},
-            restore_args={"params": target},
-            partial_restore=True))
+  step_dir, step = resolve_step_dir(workdir, step)
+  stored = _stored_params_tree(step_dir)
+  restore_args = jax.tree.map(
+      lambda m: ocp.RestoreArgs(restore_type=np.ndarray), stored)
+  restored = _restore_params(step_dir, stored, restore_args)
   params = jax.tree.map(lambda x: np.asarray(x, np.float32),
-                        _int_keys(restored["params"]))
-  config = ml_collections.ConfigDict(meta.get("config", {}))
+                        _int_keys(restored))
+  config = ml_collections.ConfigDict(_stored_config(step_dir) or {})
   return params, config, step
 
 
 def read_meta(workdir: str, step: int) -> dict:
-  path = os.path.join(checkpoint_dir(workdir), str(step), META, "metadata")
-  with open(path) as f:
-    return json.load(f)
+  return _read_json(os.path.join(checkpoint_dir(workdir), str(step), META,
+                                 "metadata"))
 
 
 def describe_mismatch(abstract_state, error: Exception) -> str:
-  """Turn Orbax's shape/structure errors into one sentence for the user."""
+  """Kept for callers of the old API: the error text is already complete."""
   del abstract_state
-  return (f"The checkpoint does not match this config's model: {error}. "
-          "Start a new --workdir, or set the model fields to the ones the "
-          "checkpoint was trained with.")
+  return str(error)
+
+
+# ------------------------------------------------------------------------------
+# Multi-process: the workdir must be one storage every process sees.
+# ------------------------------------------------------------------------------
+def check_workdir_shared(workdir: str) -> None:
+  """Raise ValueError unless every process sees files process 0 writes there.
+
+  A local path on a multi-host TPU slice is a different directory on each
+  host: checkpoints would be split across machines and unrestorable. Call on
+  all processes before training; a no-op with one process.
+  """
+  if jax.process_count() == 1:
+    return
+  from jax.experimental import multihost_utils
+  token = np.frombuffer(uuid.uuid4().bytes[:8], np.int64).copy()
+  token = multihost_utils.broadcast_one_to_all(token)
+  probe = epath.Path(workdir) / f".bert_jax_shared_probe_{int(token[0]):x}"
+  if jax.process_index() == 0:
+    probe.parent.mkdir(parents=True, exist_ok=True)
+    probe.write_text(str(int(token[0])))
+  multihost_utils.sync_global_devices("bert_jax_workdir_probe_written")
+  try:
+    seen = probe.exists() and probe.read_text() == str(int(token[0]))
+  except OSError:
+    seen = False
+  seen_all = np.asarray(multihost_utils.process_allgather(
+      np.asarray([int(seen)], np.int32))).reshape(-1)
+  multihost_utils.sync_global_devices("bert_jax_workdir_probe_read")
+  if jax.process_index() == 0:
+    probe.unlink(missing_ok=True)
+  missing = [i for i, ok in enumerate(seen_all) if not ok]
+  if missing:
+    raise ValueError(
+        f"--workdir={workdir} is not shared between processes: process(es) "
+        f"{missing} of {jax.process_count()} cannot see a file process 0 "
+        "wrote there. Multi-host runs need a workdir every host reaches "
+        "(e.g. gs://bucket/run or a shared NFS mount); checkpoints on local "
+        "disks would be split across hosts and could not be restored.")

@@ -38,28 +38,70 @@ def model_config(size: str = "base") -> ml_collections.ConfigDict:
       layer_norm_eps=1e-12,
       # Compute dtype of activations and matmul inputs; params stay float32.
       dtype="float32",
+      # Speed options (docs/performance.md has their measured effect).
+      # "xla": explicit softmax attention (supports attention dropout);
+      # "dot_product_attention": jax.nn.dot_product_attention, cuDNN flash
+      # attention on GPU in bf16/fp16, XLA elsewhere ("cudnn" forces it).
+      # The fused kinds have no attention dropout: set
+      # attention_probs_dropout_prob=0 to train with them.
+      attention_impl="xla",
+      # One [d, 3d] matmul for query/key/value (params stay separate).
+      fused_qkv=False,
+      # Per-block rematerialization: "none", "full", "dots", "dots_no_batch".
+      remat_policy="none",
   ))
 
 
 def data_config() -> ml_collections.ConfigDict:
-  """Input pipeline options. With no sources set, the embedded demo corpus is used."""
+  """Input pipeline options. With no sources set, the embedded demo corpus is used.
+
+  A source is ``[text:]GLOB`` (text files in google-research/bert layout: one
+  sentence per line, blank line between documents; any ``tf.io.gfile`` path,
+  e.g. ``gs://bucket/wiki/*.txt``) or ``tfds:NAME[:SPLIT]`` (a prepared TFDS
+  dataset under ``tfds_data_dir``, text in feature ``tfds_text_key``), with
+  an optional mixing weight ``@W``. Several sources are separated by ``;``.
+  """
   return ml_collections.ConfigDict(dict(
-      # Text-file globs in google-research/bert layout (one sentence per
-      # line, blank line between documents). Empty: the demo corpus
-      # (CPython's bundled documentation topics), written into the workdir.
+      # Training sources, e.g. "gs://b/wiki/*.txt@0.7;tfds:wikipedia/20230601.en:train@0.3".
+      # Empty (and train_files empty): the demo corpus (CPython's bundled
+      # documentation topics), written into the workdir.
+      sources="",
+      # Shorthand kept for simple configs: a text-file glob (or several,
+      # comma-separated). Used only when `sources` is empty.
       train_files="",
-      eval_files="",  # Empty: hold out `eval_fraction` of the documents.
+      # Held-out sources (same syntax). Empty: hold out `eval_fraction` of the
+      # training documents (chosen by a hash of their first line).
+      eval_sources="",
+      eval_files="",  # Shorthand, like train_files.
       eval_fraction=0.05,
+      tfds_data_dir="",  # data_dir for tfds sources ("" = TFDS default).
+      tfds_text_key="text",
       # Tokenizer: "sentencepiece" (a .model file) or "wordpiece" (vocab.txt).
       tokenizer_type="sentencepiece",
       tokenizer_path="",  # Empty: train one on the corpus, cached in workdir.
+      # Size requested when a tokenizer is trained (the model's embedding
+      # table may be larger than the tokenizer, never smaller). SentencePiece
+      # is trained with hard_vocab_limit=False, so a small corpus gives fewer.
+      tokenizer_vocab_size=8000,
+      tokenizer_train_sentences=2_000_000,  # Lines read to train one.
       lower_case=True,
       seq_length=128,
       max_predictions_per_seq=20,
       mask_rate=0.15,
-      nsp=True,
+      mask_token_prob=0.8,  # Of the selected tokens: -> [MASK]
+      random_token_prob=0.1,  # -> a random token (the rest stay unchanged).
+      whole_word_mask=False,
+      nsp=True,  # Whether batches carry a sentence-pair label (NSP or SOP).
+      # "nsp" (BERT), "sop" (ALBERT sentence order), "packed" (RoBERTa full
+      # sentences, no pair label). "" = "nsp" if nsp else "packed".
+      objective="",
       short_seq_prob=0.1,
-      shuffle_buffer=10_000,
+      # Lines per block: example building works on blocks of consecutive
+      # lines of one file; NSP random segments come from the same block.
+      block_lines=1024,
+      max_line_bytes=65536,  # Longer lines are truncated (and counted).
+      shuffle_buffer=4096,  # Examples; 0 = no shuffling.
+      cycle_length=8,  # Files read concurrently.
       num_eval_batches=8,
   ))
 
@@ -80,15 +122,41 @@ def train_config() -> ml_collections.ConfigDict:
       log_every=10,
       eval_every=100,
       seed=0,
+      # A step whose loss or gradient is NaN/Inf never updates the weights.
+      # "skip": drop it and go on, stopping after max_nonfinite_in_a_row
+      # such steps in a row; "stop": stop at the first, naming the step.
+      nonfinite_policy="skip",
+      max_nonfinite_in_a_row=10,
+      # Start a new run from pretrained params only (fresh optimizer, step 0):
+      # one of our workdirs (or its checkpoints/<step> dir), a Hugging Face
+      # dir or a tools/convert_from_hf.py output. Used only when the workdir
+      # has no checkpoint yet; a resumed run continues from its own.
+      init_from="",
+      # Per-device peak TFLOP/s for MFU; 0: spec sheet, else measured at
+      # startup with a 2048^3 matmul (seconds on a CPU).
+      peak_tflops=0.0,
   ))
 
 
 def mesh_config() -> ml_collections.ConfigDict:
-  """Device mesh; -1 on one axis takes all remaining devices."""
+  """Device mesh; -1 on one axis takes all remaining devices.
+
+  data: batch split, params replicated. fsdp: batch split, params and
+  optimizer state split too (gathered per layer). tensor: heads, MLP and
+  vocab split (Megatron style). E.g. 8 devices: data=-1 (DP 8), or
+  data=1 fsdp=-1 (FSDP 8), or data=-1 tensor=2 (DP 4 x TP 2).
+  """
   return ml_collections.ConfigDict(dict(
       data=-1,
       fsdp=1,
       tensor=1,
+      # Multi-slice (DCN): slices along each axis; the axes above then give
+      # the layout within one slice, and e.g. data=-1 dcn_data=2 is data
+      # parallel over 2 slices x all chips of a slice. Without TPU slices
+      # (GPU hosts) processes play the role of slices.
+      dcn_data=1,
+      dcn_fsdp=1,
+      dcn_tensor=1,
       # Logical axis name -> mesh axis (or None: replicated). One table for
       # parameters and activations; changing parallelism is a config change.
       rules=[
@@ -113,9 +181,10 @@ def mesh_config() -> ml_collections.ConfigDict:
 
 def checkpoint_config() -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(
-      save_every_steps=500,
-      max_to_keep=3,
-      async_save=True,
+      save_every_steps=500,  # Also saved at the end and on preemption.
+      max_to_keep=3,  # The newest N are kept...
+      keep_period=0,  # ...plus, forever, steps that are multiples of this (0: none).
+      async_save=True,  # Write in a background thread while training goes on.
   ))
 
 

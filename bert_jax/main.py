@@ -81,6 +81,10 @@ def main(argv):
     logging.error("%s", e)
     print(f"error: {e}", file=sys.stderr)
     sys.exit(1)
+  if "preempted_at_step" in metrics:  # SIGTERM: checkpoint committed; exit 0.
+    print(f"preempted at step {metrics['preempted_at_step']}: checkpoint "
+          "saved; run the same command to resume.")
+    return
   baseline = metrics.get("eval_unigram_accuracy")
   if "eval_mlm_accuracy" in metrics:
     line = f"final held-out MLM accuracy {metrics['eval_mlm_accuracy']:.4f}"

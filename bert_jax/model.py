@@ -24,6 +24,15 @@ from bert_jax import logical
 MASK_BIAS = -1e9
 
 
+# model.remat_policy -> jax.checkpoint policy ("none": no rematerialization).
+REMAT_POLICIES = {
+    "full": None,  # Save only block inputs; recompute everything.
+    "dots": jax.checkpoint_policies.dots_saveable,
+    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+ATTENTION_IMPLS = ("xla", "dot_product_attention", "cudnn")
+
+
 def _dtype(config: ml_collections.ConfigDict):
   return jnp.dtype(config.get("dtype", "float32"))
 
@@ -128,6 +137,8 @@ class SelfAttention(nnx.Module):
     self.attention_dropout = nnx.Dropout(config.attention_probs_dropout_prob)
     self.output_dropout = nnx.Dropout(config.hidden_dropout_prob)
     self.dtype = _dtype(config)
+    self.attention_impl = config.get("attention_impl", "xla")
+    self.fused_qkv = bool(config.get("fused_qkv", False))
 
   def _heads(self, x):
     b, t, d = x.shape
@@ -135,8 +146,25 @@ class SelfAttention(nnx.Module):
     return logical.constrain(x, ("activation_batch", "activation_length",
                                  "activation_heads", None))
 
+  def _qkv(self, x):
+    if not self.fused_qkv:
+      return tuple(self._heads(f(x)) for f in (self.query, self.key,
+                                                self.value))
+    # One [d, 3, d] matmul instead of three [d, d]; params stay separate (HF
+    # names). Stacked on a new axis so a "heads"-sharded dim stays local.
+    w = jnp.stack([f.kernel[...] for f in (self.query, self.key, self.value)],
+                  axis=1)
+    b = jnp.stack([f.bias[...] for f in (self.query, self.key, self.value)])
+    y = jnp.einsum("...i,ito->...to", x.astype(self.dtype),
+                   w.astype(self.dtype), preferred_element_type=jnp.float32)
+    y = y.astype(self.dtype) + b.astype(self.dtype)
+    return tuple(self._heads(y[..., i, :]) for i in range(3))
+
   def __call__(self, x, mask_bias, *, deterministic, rngs):
-    q, k, v = (self._heads(f(x)) for f in (self.query, self.key, self.value))
+    q, k, v = self._qkv(x)
+    if self.attention_impl != "xla":
+      ctx = self._fused_attention(q, k, v, mask_bias, deterministic)
+      return self._output(ctx.reshape(x.shape), x, deterministic, rngs)
     head_dim = q.shape[-1]
     q = q * jnp.asarray(head_dim ** -0.5, q.dtype)
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k,
@@ -146,7 +174,29 @@ class SelfAttention(nnx.Module):
                                    rngs=rngs)
     ctx = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(self.dtype), v,
                      preferred_element_type=jnp.float32).astype(self.dtype)
-    ctx = ctx.reshape(x.shape)
+    return self._output(ctx.reshape(x.shape), x, deterministic, rngs)
+
+  def _fused_attention(self, q, k, v, mask_bias, deterministic):
+    """jax.nn.dot_product_attention, cuDNN on GPU (no attention dropout)."""
+    if not deterministic and self.attention_dropout.rate > 0:
+      raise ValueError(
+          f"model.attention_impl={self.attention_impl!r} has no attention "
+          "dropout: set model.attention_probs_dropout_prob=0 to train with it "
+          "or use model.attention_impl='xla'.")
+    impl = self.attention_impl
+    if impl == "dot_product_attention":
+      impl = ("cudnn" if jax.default_backend() == "gpu"
+              and self.dtype in (jnp.bfloat16, jnp.float16) else "xla")
+    if impl == "cudnn":
+      # cuDNN's flash kernel takes padding as lengths: BERT pads at the end.
+      lengths = jnp.sum(mask_bias[:, 0, 0, :] == 0, axis=-1).astype(jnp.int32)
+      return jax.nn.dot_product_attention(
+          q, k, v, query_seq_lengths=lengths, key_value_seq_lengths=lengths,
+          implementation="cudnn")
+    return jax.nn.dot_product_attention(
+        q, k, v, bias=mask_bias.astype(q.dtype), implementation="xla")
+
+  def _output(self, ctx, x, deterministic, rngs):
     out = self.output_dropout(self.output(ctx), deterministic=deterministic,
                               rngs=rngs)
     return self.layer_norm(out + x)
@@ -192,6 +242,7 @@ class BertModel(nnx.Module):
     self.embeddings = Embeddings(config, rngs=rngs)
     self.layers = nnx.List(
         [Layer(config, rngs=rngs) for _ in range(config.num_hidden_layers)])
+    self.remat_policy = config.get("remat_policy", "none")
     self.pooler = Dense(config, config.hidden_size, config.hidden_size,
                         ("embed", None), rngs=rngs)
 
@@ -202,8 +253,14 @@ class BertModel(nnx.Module):
                         rngs=rngs)
     mask_bias = jnp.where(input_mask[:, None, None, :] > 0, 0.0,
                           MASK_BIAS).astype(jnp.float32)
+    policy = self.remat_policy
     for layer in self.layers:
-      x = layer(x, mask_bias, deterministic=deterministic, rngs=rngs)
+      if policy == "none":
+        x = layer(x, mask_bias, deterministic=deterministic, rngs=rngs)
+      else:  # Recompute the block in the backward pass (activation memory).
+        x = nnx.remat(
+            lambda l, x, m, r: l(x, m, deterministic=deterministic, rngs=r),
+            policy=REMAT_POLICIES[policy])(layer, x, mask_bias, rngs)
     pooled = jnp.tanh(self.pooler(x[:, 0]).astype(jnp.float32))
     return x, pooled
 
@@ -263,6 +320,13 @@ def validate_model_config(config: ml_collections.ConfigDict) -> None:
     raise ValueError(
         f"model.hidden_size={config.hidden_size} is not divisible by "
         f"model.num_attention_heads={config.num_attention_heads}.")
+  if config.get("attention_impl", "xla") not in ATTENTION_IMPLS:
+    raise ValueError(f"model.attention_impl={config.attention_impl!r} must be "
+                     f"one of {ATTENTION_IMPLS}.")
+  remat = config.get("remat_policy", "none")
+  if remat != "none" and remat not in REMAT_POLICIES:
+    raise ValueError(f"model.remat_policy={remat!r} must be 'none' or one of "
+                     f"{tuple(REMAT_POLICIES)}.")
   if config.hidden_act != "gelu":
     raise ValueError(f"model.hidden_act={config.hidden_act!r} is not supported;"
                      " BERT uses 'gelu' (exact erf GELU).")

@@ -25,9 +25,20 @@ MESH_AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
 
 
-def mesh_shape(mesh_config: ml_collections.ConfigDict,
-               num_devices: int) -> tuple[int, int, int]:
-  """Resolve -1 in config.mesh to the remaining devices; validate the product."""
+DCN_AXES = tuple(f"dcn_{a}" for a in MESH_AXES)
+
+
+def _slice_count(mesh_config) -> tuple[int, int, int]:
+  """Per-axis number of slices (multi-slice / DCN); all 1 on one slice."""
+  sizes = tuple(int(mesh_config.get(a, 1)) for a in DCN_AXES)
+  for axis, size in zip(DCN_AXES, sizes):
+    if size < 1:
+      raise ValueError(f"config.mesh.{axis}={size} must be a positive int "
+                       "(the number of slices along that axis).")
+  return sizes
+
+
+def _per_slice_shape(mesh_config, devices_per_slice: int) -> list[int]:
   sizes = [int(mesh_config[a]) for a in MESH_AXES]
   if sizes.count(-1) > 1:
     raise ValueError(f"config.mesh: at most one of data/fsdp/tensor may be -1, "
@@ -37,27 +48,75 @@ def mesh_shape(mesh_config: ml_collections.ConfigDict,
       raise ValueError(f"config.mesh.{axis}={size} must be a positive int or -1.")
   known = math.prod(s for s in sizes if s != -1)
   if -1 in sizes:
-    if num_devices % known:
+    if devices_per_slice % known:
       raise ValueError(
-          f"config.mesh: {num_devices} devices are not divisible by the fixed "
-          f"axes (product {known}); data={sizes[0]} fsdp={sizes[1]} "
-          f"tensor={sizes[2]}.")
-    sizes[sizes.index(-1)] = num_devices // known
-  if math.prod(sizes) != num_devices:
+          f"config.mesh: {devices_per_slice} devices (per slice) are not "
+          f"divisible by the fixed axes (product {known}); data={sizes[0]} "
+          f"fsdp={sizes[1]} tensor={sizes[2]}.")
+    sizes[sizes.index(-1)] = devices_per_slice // known
+  if math.prod(sizes) != devices_per_slice:
     raise ValueError(
         f"config.mesh: data*fsdp*tensor = {math.prod(sizes)} but there are "
-        f"{num_devices} devices (data={sizes[0]} fsdp={sizes[1]} "
-        f"tensor={sizes[2]}); use -1 on one axis to take the rest.")
-  return tuple(sizes)
+        f"{devices_per_slice} devices (per slice) (data={sizes[0]} "
+        f"fsdp={sizes[1]} tensor={sizes[2]}); use -1 on one axis to take the "
+        "rest.")
+  return sizes
+
+
+def mesh_shapes(mesh_config: ml_collections.ConfigDict, num_devices: int
+                ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+  """(per-slice shape, slice-count shape) over (data, fsdp, tensor).
+
+  ``config.mesh.{data,fsdp,tensor}`` lay out the devices of one slice (fast
+  ICI links; one may be -1 for the rest); ``config.mesh.dcn_{data,fsdp,
+  tensor}`` say how many slices (or, with no slices, processes) sit along
+  each axis over the slow data-center network. Mesh axis size = product.
+  """
+  dcn = _slice_count(mesh_config)
+  slices = math.prod(dcn)
+  if num_devices % slices:
+    raise ValueError(
+        f"config.mesh: {num_devices} devices cannot be split into "
+        f"dcn_data*dcn_fsdp*dcn_tensor = {slices} slices.")
+  ici = _per_slice_shape(mesh_config, num_devices // slices)
+  return tuple(ici), dcn
+
+
+def mesh_shape(mesh_config: ml_collections.ConfigDict,
+               num_devices: int) -> tuple[int, int, int]:
+  """Mesh axis sizes (data, fsdp, tensor): -1 resolved, slices included."""
+  ici, dcn = mesh_shapes(mesh_config, num_devices)
+  return tuple(i * d for i, d in zip(ici, dcn))
 
 
 def make_mesh(mesh_config: ml_collections.ConfigDict,
               devices=None) -> jax.sharding.Mesh:
-  devices = jax.devices() if devices is None else devices
-  shape = mesh_shape(mesh_config, len(devices))
-  return jax.make_mesh(
-      shape, MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * 3,
-      devices=devices)
+  """The (data, fsdp, tensor) mesh with Auto axes (see the module docstring).
+
+  On one slice: ``jax.make_mesh``. With ``dcn_*`` > 1: a hybrid mesh whose
+  slow (DCN) dimension is the outer part of each axis, grouping devices by
+  TPU slice, or by process where devices have no slice (GPU hosts, CPU).
+  """
+  devices = jax.devices() if devices is None else list(devices)
+  ici, dcn = mesh_shapes(mesh_config, len(devices))
+  axis_types = (jax.sharding.AxisType.Auto,) * len(MESH_AXES)
+  if math.prod(dcn) == 1:
+    return jax.make_mesh(ici, MESH_AXES, axis_types=axis_types,
+                         devices=devices)
+  from jax.experimental import mesh_utils
+  slices = {getattr(d, "slice_index", None) for d in devices}
+  by_process = None in slices or len(slices) != math.prod(dcn)
+  try:
+    grid = mesh_utils.create_hybrid_device_mesh(
+        ici, dcn, devices, process_is_granule=by_process,
+        allow_split_physical_axes=True)
+  except (ValueError, AssertionError) as e:
+    granule = "processes" if by_process else "slices"
+    raise ValueError(
+        f"config.mesh: cannot lay out {len(devices)} devices as {ici} per "
+        f"slice x {dcn} {granule} (dcn_data, dcn_fsdp, dcn_tensor): {e}"
+    ) from e
+  return jax.sharding.Mesh(grid, MESH_AXES, axis_types=axis_types)
 
 
 def rules(mesh_config: ml_collections.ConfigDict):

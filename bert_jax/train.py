@@ -24,8 +24,10 @@ from absl import logging
 from flax import nnx
 
 from bert_jax import checkpointing
+from bert_jax import flops as flops_lib
 from bert_jax import model as model_lib
 from bert_jax import optim
+from bert_jax import preemption
 from bert_jax import sharding
 
 # The features every batch carries (google-research/bert names).
@@ -194,7 +196,7 @@ def train_step(state, batch, *, graphdef, tx, config):
                                    jnp.arange(accum)))
 
   loss = objective(sums, mlm_den, nsp_den, use_nsp)
-  grad_norm = optax.global_norm(grads)
+  grad_norm = optax.tree.norm(grads)
   updates, new_opt_state = tx.update(grads, state["opt_state"], params)
   new_params = optax.apply_updates(params, updates)
 
@@ -424,19 +426,43 @@ class Trainer:
     return int(first["input_ids"].shape[0])
 
   def initial_state(self):
-    """Restore the latest checkpoint if there is one, else initialize."""
-    step = self.checkpointer.latest_step()
-    if step is None:
-      with self._context():
-        return self.programs.init()
-    logging.info("Resuming from checkpoint at step %d in %s.", step,
-                 checkpointing.checkpoint_dir(self.workdir))
+    """Resume from the newest good checkpoint (state and data position);
+    else initialize, taking params from `train.init_from` when set.
+
+    An unreadable newest step is set aside with a warning and the previous
+    one used; a checkpoint of another model raises (CheckpointMismatchError).
+    """
+    state, step = self.checkpointer.restore_latest(
+        self.abstract_state, self.train_iter, self.config)
+    if state is not None:
+      logging.info("Resumed from checkpoint step %d in %s.", step,
+                   self.checkpointer.directory)
+      return state
+    with self._context():
+      state = self.programs.init()
+    init_from = self.config.train.get("init_from", "")
+    if init_from:
+      state = dict(state, params=self._init_params(init_from))
+    return state
+
+  def _init_params(self, path: str):
+    """Params only (new run from pretrained weights): our checkpoint or HF."""
+    abstract = self.abstract_state["params"]
     try:
-      return self.checkpointer.restore(step, self.abstract_state,
-                                       self.train_iter)
-    except ValueError as e:
-      raise ValueError(checkpointing.describe_mismatch(self.abstract_state,
-                                                       e)) from e
+      checkpointing.resolve_step_dir(path)
+      ours = True
+    except FileNotFoundError:
+      ours = False
+    if ours:
+      params, step = checkpointing.restore_params(path, abstract,
+                                                  config=self.config)
+      logging.info("train.init_from: params of %s (step %d).", path, step)
+      return params
+    from bert_jax import hf  # Hugging Face dir / converted weights.
+    params, report = hf.load_init_params(path, self.config.model,
+                                         seed=self.config.train.seed)
+    logging.info("train.init_from: params of %s (%s).", path, report)
+    return checkpointing.place_params(params, abstract, source=path)
 
   def evaluate(self, params) -> dict:
     totals = loss_sums_shape()
@@ -450,8 +476,22 @@ class Trainer:
     config, train = self.config, self.config.train
     state = self.initial_state()
     start_step = int(jax.device_get(state["step"]))
+    # ---- Stop safely: non-finite policy and preemption (SIGTERM).
+    self._nonfinite = preemption.NonFiniteMonitor(
+        train.get("nonfinite_policy", "skip"),
+        train.get("max_nonfinite_in_a_row", 10),
+        in_a_row=int(jax.device_get(state["nonfinite_in_a_row"])),
+        total=int(jax.device_get(state["nonfinite_steps"])))
+    self._nonfinite.last_checkpoint = self.checkpointer.latest_step()
+    self._preemption = preemption.PreemptionWatcher()
     writer = MetricsWriter(self.workdir, enabled=jax.process_index() == 0)
     tokens_per_step = train.batch_size * config.data.seq_length
+    flops_per_step = flops_lib.train_flops_per_step(config)
+    peak, peak_source = flops_lib.peak_tflops(
+        config.model.dtype, train.get("peak_tflops", 0.0))
+    logging.info("%.3g training TFLOPs per step; peak %.1f TFLOP/s per device "
+                 "(%s, %s).", flops_per_step / 1e12, peak, peak_source,
+                 config.model.dtype)
     last_metrics: dict[str, Any] = {}
     if start_step >= train.num_steps:
       logging.info("Checkpoint is at step %d >= train.num_steps=%d: nothing "
@@ -461,6 +501,7 @@ class Trainer:
       batch = sharding.global_batch(next(self.train_iter), self.batch_sharding)
       state, metrics = self.train_step(state, batch)
       done = step + 1
+      self._nonfinite.observe(done, metrics["finite"])
       is_last = done == train.num_steps
       if done % train.log_every == 0 or is_last:
         metrics = jax.device_get(metrics)
@@ -470,12 +511,16 @@ class Trainer:
         self._check_finite(state, metrics, done)
         metrics = {k: float(v) for k, v in metrics.items() if k != "finite"}
         metrics["tokens_per_sec"] = tps
+        metrics["tflops_per_device"], metrics["mfu"] = flops_lib.mfu(
+            flops_per_step, tokens_per_step / max(tps, 1e-9),
+            jax.device_count(), peak)
         eta = (train.num_steps - done) * tokens_per_step / max(tps, 1e-9)
         logging.info(
             "step %d/%d  loss %.4f  mlm_acc %.4f  nsp_acc %.4f  lr %.2e  "
-            "grad_norm %.3f  tokens/s %.0f  ETA %s", done, train.num_steps,
-            metrics["loss"], metrics["mlm_accuracy"], metrics["nsp_accuracy"],
-            metrics["learning_rate"], metrics["grad_norm"], tps,
+            "grad_norm %.3f  tokens/s %.0f  MFU %.1f%%  ETA %s", done,
+            train.num_steps, metrics["loss"], metrics["mlm_accuracy"],
+            metrics["nsp_accuracy"], metrics["learning_rate"],
+            metrics["grad_norm"], tps, 100 * metrics["mfu"],
             format_duration(eta))
         writer.write(done, "train", metrics)
         last_metrics = metrics
@@ -491,35 +536,49 @@ class Trainer:
         writer.write(done, "eval", eval_metrics)
         last_metrics = {**last_metrics,
                         **{f"eval_{k}": v for k, v in eval_metrics.items()}}
-      if done % config.checkpoint.save_every_steps == 0 or is_last:
+      preempted = self._preemption.reached(done)
+      if (done % config.checkpoint.save_every_steps == 0 or is_last or
+          preempted):
+        self._nonfinite.flush()  # Apply the policy before anything is saved.
         self.checkpointer.save(done, state, self.train_iter,
                                meta=dict(config=config.to_dict(),
                                          metrics=last_metrics),
-                               force=is_last)
-    self.checkpointer.wait()
-    self.checkpointer.close()
+                               force=is_last or preempted)
+        self._nonfinite.last_checkpoint = done
+      if preempted:
+        logging.warning("Preempted: checkpoint of step %d committed; run the "
+                        "same command to resume.", done)
+        last_metrics = {**last_metrics, "preempted_at_step": done}
+        break
+    self._nonfinite.flush()
+    self.shutdown()
     writer.close()
     self.final_state = state
     return last_metrics
 
   def _check_finite(self, state, metrics, step):
-    policy = self.config.train.get("nonfinite_policy", "skip")
-    in_a_row = int(jax.device_get(state["nonfinite_in_a_row"]))
-    if not bool(metrics["finite"]) or in_a_row:
-      total = int(jax.device_get(state["nonfinite_steps"]))
-      logging.warning("Non-finite loss or gradient: %d update(s) skipped so "
-                      "far, %d in a row (step %d).", total, in_a_row, step)
-      limit = self.config.train.get("max_nonfinite_in_a_row", 10)
-      if policy == "stop" or in_a_row >= limit:
-        raise FloatingPointError(
-            f"Non-finite loss or gradient at step {step} "
-            f"(train.nonfinite_policy={policy!r}, {in_a_row} in a row); the "
-            "weights were not updated and no NaN was checkpointed.")
+    """Apply train.nonfinite_policy to every step up to `step` (raises
+    FloatingPointError naming the step when the run must stop)."""
+    del state, metrics, step
+    self._nonfinite.flush()
+
+  def shutdown(self):
+    """Commit in-flight async saves and restore signal handlers. Runs at the
+    end of `run` and, via train_and_evaluate, when the run stops on an
+    error, so that the last good checkpoint is always complete."""
+    self.checkpointer.wait()
+    self.checkpointer.close()
+    if getattr(self, "_preemption", None) is not None:
+      self._preemption.close()
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Train per `config` in `workdir`, resuming from its latest checkpoint."""
   validate_config(config, jax.device_count())  # Before touching the workdir.
   os.makedirs(workdir, exist_ok=True)
+  checkpointing.check_workdir_shared(workdir)  # Multi-host: one storage.
   trainer = Trainer(config, workdir)
-  return trainer.run()
+  try:
+    return trainer.run()
+  finally:
+    trainer.shutdown()

@@ -1,0 +1,170 @@
+"""Masked-LM masking inside the tf.data graph, with stateless random ops.
+
+Selection rule (as google-research/bert's create_pretraining_data.py): each row
+gets exactly ``n = min(P, max(1, round(mask_rate * n_selectable)))`` predicted
+tokens, where ``n_selectable`` counts the row's tokens that are not special
+([CLS], [SEP], [PAD], [MASK], [UNK], [unused*]) and ``P`` is
+``max_predictions_per_seq``. Rows with no selectable token get none.
+
+Whole-word option: a word is a word-start piece plus the continuation pieces
+after it ("##x" in WordPiece, pieces without the leading "\u2581" in
+SentencePiece). Words are visited in random order and taken while the running
+token count stays <= n (so a row may get slightly fewer than n tokens when a
+word does not fit); all pieces of a word share the selection and the same
+80/10/10 outcome.
+
+Of the selected tokens, ``mask_token_prob`` become [MASK], ``random_token_prob``
+a token drawn uniformly from the non-special vocabulary, the rest stay as they
+are. Positions come out sorted ascending, padded to P with position 0, id 0 and
+weight 0.
+
+All randomness comes from ``tf.random.stateless_*`` keyed by a seed tensor the
+caller derives from (data seed, batch index), so the tf.data iterator that runs
+this can be checkpointed and every epoch gets a new mask (dynamic masking).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+
+class Masker:
+  """Callable: (input_ids [B, T] int32, seed [2] int) -> masked features."""
+
+  def __init__(self, *, vocab_size: int, special_ids: Sequence[int],
+               mask_id: int, max_predictions: int, mask_rate: float = 0.15,
+               mask_token_prob: float = 0.8, random_token_prob: float = 0.1,
+               whole_word: bool = False, word_start: np.ndarray | None = None):
+    if whole_word and word_start is None:
+      raise ValueError("whole_word masking needs a word_start table.")
+    selectable = np.ones([vocab_size], bool)
+    selectable[[i for i in special_ids if 0 <= i < vocab_size]] = False
+    self.selectable = selectable
+    self.random_pool = np.flatnonzero(selectable).astype(np.int32)
+    self.word_start = (None if word_start is None else
+                       np.asarray(word_start, bool)[:vocab_size])
+    self.vocab_size = vocab_size
+    self.mask_id = int(mask_id)
+    self.max_predictions = int(max_predictions)
+    self.mask_rate = float(mask_rate)
+    self.mask_token_prob = float(mask_token_prob)
+    self.random_token_prob = float(random_token_prob)
+    self.whole_word = bool(whole_word)
+
+  def __call__(self, input_ids: tf.Tensor, seed: tf.Tensor) -> dict[str, tf.Tensor]:
+    """Returns input_ids (masked), masked_lm_positions/ids/weights."""
+    ids = tf.convert_to_tensor(input_ids, tf.int32)
+    shape = tf.shape(ids)
+    b, t = shape[0], shape[1]
+    p = self.max_predictions
+    seeds = tf.random.experimental.stateless_split(
+        tf.cast(seed, tf.int64), num=4)
+
+    ok = tf.gather(tf.constant(self.selectable), ids)  # [B, T] bool
+    n_ok = tf.reduce_sum(tf.cast(ok, tf.int32), axis=1)
+    n_sel = tf.cast(tf.round(self.mask_rate * tf.cast(n_ok, tf.float32)),
+                    tf.int32)
+    n_sel = tf.minimum(p, tf.maximum(1, n_sel))
+    n_sel = tf.where(n_ok > 0, n_sel, 0)  # [B]
+
+    if self.whole_word:
+      selected, word_id = self._select_words(ids, ok, n_sel, seeds[0])
+    else:
+      selected = self._select_tokens(ids, ok, n_sel, seeds[0])
+      word_id = None
+
+    # 80/10/10, one draw per word.
+    r = tf.random.stateless_uniform(shape, seeds[1])
+    if word_id is not None:
+      r = tf.gather(r, word_id, batch_dims=1)
+    to_mask = selected & (r < self.mask_token_prob)
+    to_random = selected & (r >= self.mask_token_prob) & (
+        r < self.mask_token_prob + self.random_token_prob)
+    pool = tf.constant(self.random_pool)
+    rand_ids = tf.gather(pool, tf.random.stateless_uniform(
+        shape, seeds[2], minval=0, maxval=len(self.random_pool),
+        dtype=tf.int32))
+    new_ids = tf.where(to_mask, self.mask_id, tf.where(to_random, rand_ids, ids))
+
+    # Positions sorted ascending, padded to P.
+    cand = tf.where(selected, tf.range(t)[None, :], t)
+    cand = tf.sort(cand, axis=1)
+    cand = tf.pad(cand, [[0, 0], [0, tf.maximum(0, p - t)]], constant_values=t)
+    cand = cand[:, :p]
+    real = cand < t
+    positions = tf.where(real, cand, 0)
+    masked_ids = tf.where(real, tf.gather(ids, positions, batch_dims=1), 0)
+    return dict(
+        input_ids=new_ids,
+        masked_lm_positions=tf.ensure_shape(positions, [None, p]),
+        masked_lm_ids=tf.ensure_shape(masked_ids, [None, p]),
+        masked_lm_weights=tf.ensure_shape(tf.cast(real, tf.float32), [None, p]),
+    )
+
+
+  def _select_tokens(self, ids, ok, n_sel, seed):
+    """Exactly n_sel random selectable tokens per row.
+
+    Keys are distinct per row (random high bits, position low bits), so the
+    n_sel smallest keys are exactly the tokens with key <= the n_sel-th.
+    """
+    shape = tf.shape(ids)
+    p = min(self.max_predictions, ids.shape[1] or self.max_predictions)
+    rnd = tf.random.stateless_uniform(shape, seed, minval=0, maxval=1 << 19,
+                                      dtype=tf.int32)
+    key = rnd * 4096 + tf.range(shape[1])[None, :]  # T <= 4096
+    key = tf.where(ok, key, tf.int32.max)
+    neg, _ = tf.math.top_k(-key, k=p, sorted=True)  # smallest keys, ascending
+    kth = -tf.gather(neg, tf.maximum(n_sel - 1, 0), batch_dims=1)
+    return ok & (key <= kth[:, None]) & (n_sel > 0)[:, None]
+
+  def _select_words(self, ids, ok, n_sel, seed):
+    """Whole words in random order while the token count stays <= n_sel."""
+    shape = tf.shape(ids)
+    b, t = shape[0], shape[1]
+    starts = tf.gather(tf.constant(self.word_start), ids) | ~ok
+    after_special = tf.pad(~ok[:, :-1], [[0, 0], [1, 0]], constant_values=True)
+    starts = starts | after_special
+    word_id = tf.maximum(tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1, 0)
+    flat_word = word_id + t * tf.range(b)[:, None]
+    word_len = tf.reshape(
+        tf.math.unsorted_segment_sum(
+            tf.reshape(tf.cast(ok, tf.int32), [-1]),
+            tf.reshape(flat_word, [-1]), b * t), shape)  # [B, words<=T]
+    score = tf.random.stateless_uniform(shape, seed)
+    score = tf.where(word_len > 0, score, 2.0)
+    order = tf.argsort(score, axis=1, stable=True)
+    sorted_len = tf.gather(word_len, order, batch_dims=1)
+    taken = ((tf.cumsum(sorted_len, axis=1) <= n_sel[:, None])
+             & (sorted_len > 0))
+    inverse = tf.argsort(order, axis=1, stable=True)
+    word_taken = tf.gather(taken, inverse, batch_dims=1)
+    return tf.gather(word_taken, word_id, batch_dims=1) & ok, word_id
+
+
+def numpy_mask_batch(input_ids: np.ndarray, rng: np.random.Generator, *,
+                     special_mask_table: np.ndarray, mask_id: int,
+                     vocab_size: int, mask_rate: float = 0.15,
+                     mask_token_prob: float = 0.8,
+                     random_token_prob: float = 0.1):
+  """Host-side masking as Hugging Face's DataCollatorForLanguageModeling does.
+
+  Bernoulli(mask_rate) per non-special token; of those 80% [MASK], 10% random,
+  10% kept. Returns (masked input_ids, labels with -100 where not selected).
+  Used by tools/bench_input.py as the comparison point.
+  """
+  labels = input_ids.copy()
+  special = special_mask_table[input_ids]
+  selected = (rng.random(input_ids.shape) < mask_rate) & ~special
+  labels[~selected] = -100
+  r = rng.random(input_ids.shape)
+  out = input_ids.copy()
+  to_mask = selected & (r < mask_token_prob)
+  out[to_mask] = mask_id
+  to_random = selected & (r >= mask_token_prob) & (
+      r < mask_token_prob + random_token_prob)
+  out[to_random] = rng.integers(0, vocab_size, size=int(to_random.sum()))
+  return out, labels

@@ -1,0 +1,275 @@
+"""Tokenizers that run inside the tf.data graph: SentencePiece and WordPiece.
+
+Both present one interface (:class:`Tokenizer`): special-token ids, the
+vocabulary size, an in-graph ``tokenize`` (strings -> ragged int32 ids), a
+per-id ``word_start`` table for whole-word masking, and Python-side
+``encode``/``decode`` for tools and tests.
+
+* SentencePiece: a ``.model`` file, run with ``tf_text.FastSentencepieceTokenizer``.
+  Models trained here have ``[PAD]``=0, ``[UNK]``=1 and the user-defined
+  symbols ``[CLS]``=2, ``[SEP]``=3, ``[MASK]``=4; lower-casing is part of the
+  model's normalizer (``nmt_nfkc_cf``), so it travels with the file.
+* WordPiece: a BERT ``vocab.txt`` (e.g. bert-base-uncased's 30,522 entries,
+  used unchanged), run with ``tf_text.FastBertTokenizer``; special tokens are
+  looked up by name.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Iterable, Iterator, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+SENTENCEPIECE = "sentencepiece"
+WORDPIECE = "wordpiece"
+
+
+class Tokenizer:
+  """Common interface over a SentencePiece model or a WordPiece vocabulary."""
+
+  kind: str
+  path: str
+  vocab_size: int
+  pieces: list[str]
+  lower_case: bool
+
+  def _init_specials(self) -> None:
+    index = {p: i for i, p in enumerate(self.pieces)}
+    self.pad_id = index.get("[PAD]")
+    self.unk_id = index.get("[UNK]")
+    self.cls_id = index.get("[CLS]")
+    self.sep_id = index.get("[SEP]")
+    self.mask_id = index.get("[MASK]")
+
+  @property
+  def missing_special_tokens(self) -> list[str]:
+    ids = dict(zip(SPECIAL_TOKENS, (self.pad_id, self.unk_id, self.cls_id,
+                                    self.sep_id, self.mask_id)))
+    return [name for name, i in ids.items() if i is None]
+
+  @property
+  def special_ids(self) -> list[int]:
+    """Ids never selected for masking nor drawn as random replacements."""
+    ids = [self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id]
+    ids += [i for i, p in enumerate(self.pieces)
+            if p.startswith("[unused") or p in ("<s>", "</s>")]
+    return sorted({i for i in ids if i is not None})
+
+  @property
+  def word_start(self) -> np.ndarray:
+    """bool [vocab_size]: True where a piece begins a word."""
+    raise NotImplementedError
+
+  def tokenize(self, lines: tf.Tensor) -> tf.RaggedTensor:
+    """In graph: string [N] -> int32 ragged [N, None]."""
+    raise NotImplementedError
+
+  def encode(self, text: str) -> list[int]:
+    return self.tokenize(tf.constant([text]))[0].numpy().tolist()
+
+  def id_to_piece(self, i: int) -> str:
+    return self.pieces[i]
+
+  def decode(self, ids: Iterable[int]) -> str:
+    raise NotImplementedError
+
+  def __repr__(self):
+    return (f"{type(self).__name__}(path={self.path!r}, vocab_size="
+            f"{self.vocab_size}, cls={self.cls_id}, sep={self.sep_id}, "
+            f"mask={self.mask_id}, pad={self.pad_id})")
+
+
+class SentencePieceTokenizer(Tokenizer):
+  kind = SENTENCEPIECE
+
+  def __init__(self, model_proto: bytes, path: str = ""):
+    import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+    import tensorflow_text as tf_text  # pylint: disable=g-import-not-at-top
+    self.path = path
+    self.model_proto = model_proto
+    self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
+    self.vocab_size = self._sp.get_piece_size()
+    self.pieces = [self._sp.id_to_piece(i) for i in range(self.vocab_size)]
+    self._init_specials()
+    self._tf = tf_text.FastSentencepieceTokenizer(model_proto)
+    self.lower_case = "_cf" in self._normalizer_name()
+
+  def _normalizer_name(self) -> str:
+    from sentencepiece import sentencepiece_model_pb2 as pb  # pylint: disable=g-import-not-at-top
+    m = pb.ModelProto()
+    m.ParseFromString(self.model_proto)
+    return m.normalizer_spec.name
+
+  @property
+  def word_start(self) -> np.ndarray:
+    ws = np.array([p.startswith("\u2581") for p in self.pieces])
+    ws[self.special_ids] = True
+    for i in range(self.vocab_size):  # control / user-defined / unknown pieces
+      if self._sp.is_control(i) or self._sp.is_unknown(i):
+        ws[i] = True
+    return ws
+
+  def tokenize(self, lines: tf.Tensor) -> tf.RaggedTensor:
+    return tf.cast(self._tf.tokenize(lines), tf.int32)
+
+  def encode(self, text: str) -> list[int]:
+    return self._sp.encode(text)
+
+  def decode(self, ids: Iterable[int]) -> str:
+    ids = [int(i) for i in ids if int(i) != self.pad_id]
+    out, run = [], []
+    for i in ids:  # keep special pieces visible, as in "[CLS] a b [SEP]"
+      if i in (self.cls_id, self.sep_id, self.mask_id):
+        if run:
+          out.append(self._sp.decode(run))
+          run = []
+        out.append(self.pieces[i])
+      else:
+        run.append(i)
+    if run:
+      out.append(self._sp.decode(run))
+    return " ".join(out)
+
+
+class WordPieceTokenizer(Tokenizer):
+  kind = WORDPIECE
+
+  def __init__(self, vocab: Sequence[str], lower_case: bool, path: str = ""):
+    import tensorflow_text as tf_text  # pylint: disable=g-import-not-at-top
+    self.path = path
+    self.pieces = list(vocab)
+    self.vocab_size = len(self.pieces)
+    self.lower_case = lower_case
+    self._init_specials()
+    self._tf = tf_text.FastBertTokenizer(
+        vocab=self.pieces, token_out_type=tf.int32,
+        unknown_token="[UNK]" if self.unk_id is not None else None,
+        lower_case_nfd_strip_accents=lower_case)
+
+  @property
+  def word_start(self) -> np.ndarray:
+    ws = np.array([not p.startswith("##") for p in self.pieces])
+    ws[self.special_ids] = True
+    return ws
+
+  def tokenize(self, lines: tf.Tensor) -> tf.RaggedTensor:
+    ids = self._tf.tokenize(lines)  # [N, pieces]
+    if ids.shape.rank == 3:  # older tf_text: [N, words, pieces]
+      ids = ids.merge_dims(-2, -1)
+    return ids
+
+  def decode(self, ids: Iterable[int]) -> str:
+    toks = [self.pieces[int(i)] for i in ids if int(i) != self.pad_id]
+    return " ".join(toks).replace(" ##", "")
+
+
+def load(path: str, kind: str, lower_case: bool = True) -> Tokenizer:
+  """Loads a tokenizer file (any tf.io.gfile path)."""
+  if not tf.io.gfile.exists(path):
+    raise ValueError(f"data.tokenizer_path={path!r} does not exist.")
+  if kind == SENTENCEPIECE:
+    with tf.io.gfile.GFile(path, "rb") as f:
+      return SentencePieceTokenizer(f.read(), path=path)
+  if kind == WORDPIECE:
+    with tf.io.gfile.GFile(path, "r") as f:
+      vocab = [line.rstrip("\n").rstrip("\r") for line in f]
+    while vocab and not vocab[-1]:
+      vocab.pop()
+    if not vocab:
+      raise ValueError(f"WordPiece vocabulary {path!r} is empty.")
+    return WordPieceTokenizer(vocab, lower_case=lower_case, path=path)
+  raise ValueError(f"data.tokenizer_type={kind!r} must be "
+                   f"{SENTENCEPIECE!r} or {WORDPIECE!r}.")
+
+
+# -----------------------------------------------------------------------------
+# Training.
+# -----------------------------------------------------------------------------
+
+
+def train_sentencepiece(sentences: Iterator[str], vocab_size: int,
+                        lower_case: bool = True,
+                        model_type: str = "unigram") -> bytes:
+  """Trains a SentencePiece model; returns the serialized model proto.
+
+  ``hard_vocab_limit=False``: a small corpus yields fewer pieces than asked.
+  """
+  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  buf = io.BytesIO()
+  spm.SentencePieceTrainer.train(
+      sentence_iterator=sentences,
+      model_writer=buf,
+      vocab_size=vocab_size,
+      model_type=model_type,
+      hard_vocab_limit=False,
+      character_coverage=0.9995,
+      pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+      pad_piece="[PAD]", unk_piece="[UNK]",
+      user_defined_symbols=["[CLS]", "[SEP]", "[MASK]"],
+      normalization_rule_name="nmt_nfkc_cf" if lower_case else "nmt_nfkc",
+      max_sentence_length=16384,
+      shuffle_input_sentence=True,
+      num_threads=os.cpu_count() or 1,
+      minloglevel=2,
+  )
+  return buf.getvalue()
+
+
+def train_wordpiece(sentences: Iterator[str], vocab_size: int,
+                    lower_case: bool = True) -> list[str]:
+  """Trains a BERT WordPiece vocabulary (with the ``tokenizers`` library).
+
+  Returns the vocabulary in id order: [PAD], [UNK], [CLS], [SEP], [MASK], ...
+  """
+  import tokenizers as hf_tok  # pylint: disable=g-import-not-at-top
+  from tokenizers import models, normalizers, pre_tokenizers, trainers  # pylint: disable=g-import-not-at-top
+  tok = hf_tok.Tokenizer(models.WordPiece(unk_token="[UNK]"))
+  tok.normalizer = normalizers.BertNormalizer(
+      lowercase=lower_case, strip_accents=lower_case, clean_text=True)
+  tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+  trainer = trainers.WordPieceTrainer(
+      vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
+      show_progress=False)
+  tok.train_from_iterator(sentences, trainer=trainer)
+  vocab = tok.get_vocab()
+  return [p for p, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+
+
+def save_wordpiece(vocab: Sequence[str], path: str) -> None:
+  with tf.io.gfile.GFile(path, "w") as f:
+    f.write("".join(p + "\n" for p in vocab))
+
+
+def write_atomic(path: str, data: bytes) -> None:
+  tmp = f"{path}.tmp{os.getpid()}"
+  with tf.io.gfile.GFile(tmp, "wb") as f:
+    f.write(data)
+  tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+def default_filename(kind: str) -> str:
+  return "spm.model" if kind == SENTENCEPIECE else "vocab.txt"
+
+
+def train(kind: str, sentences: Iterator[str], vocab_size: int,
+          lower_case: bool, path: str) -> Tokenizer:
+  """Trains a tokenizer of ``kind`` and writes it (atomically) to ``path``."""
+  if kind == SENTENCEPIECE:
+    data = train_sentencepiece(sentences, vocab_size, lower_case)
+  elif kind == WORDPIECE:
+    vocab = train_wordpiece(sentences, vocab_size, lower_case)
+    data = "".join(p + "\n" for p in vocab).encode("utf-8")
+  else:
+    raise ValueError(f"data.tokenizer_type={kind!r} must be "
+                     f"{SENTENCEPIECE!r} or {WORDPIECE!r}.")
+  tf.io.gfile.makedirs(os.path.dirname(path) or ".")
+  write_atomic(path, data)
+  return load(path, kind, lower_case)
+
+
+def maybe_none(x: Optional[int]) -> int:
+  return -1 if x is None else int(x)

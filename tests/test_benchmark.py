@@ -1,0 +1,161 @@
+"""tools/benchmark.py, the speed options of the model, and compile counts."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from bert_jax import config_lib
+from bert_jax import model as model_lib
+from bert_jax import sharding
+from bert_jax import train
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tools"))
+import benchmark  # noqa: E402
+
+
+def tiny_config(**model):
+  config = config_lib.get_config("tiny")
+  config.model.update(vocab_size=256, hidden_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, intermediate_size=128,
+                      max_position_embeddings=64, **model)
+  config.data.seq_length = 32
+  config.data.max_predictions_per_seq = 5
+  config.train.batch_size = 8
+  config.train.warmup_steps = 1
+  return config
+
+
+def forward_and_grad(model_config, batch, dropout=False):
+  """MLM logits and the gradient of their sum w.r.t. the params (seed 0)."""
+  model = model_lib.BertForPreTraining(model_config, rngs=nnx.Rngs(0))
+  graphdef, params = nnx.split(model, nnx.Param)
+
+  def f(params):
+    m = nnx.merge(graphdef, params)
+    out = m(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
+            batch["masked_lm_positions"], deterministic=not dropout,
+            rngs=nnx.Rngs(dropout=1) if dropout else None)
+    return jnp.sum(out["mlm_logits"] * 1e-2), out["mlm_logits"]
+
+  (_, logits), grads = jax.value_and_grad(f, has_aux=True)(params)
+  return logits, grads
+
+
+@pytest.fixture(scope="module")
+def batch():
+  return benchmark.synthetic_batches(1, 4, 32, 5, 256)[0]
+
+
+@pytest.mark.parametrize("option", [
+    dict(fused_qkv=True),
+    dict(attention_impl="dot_product_attention"),
+    dict(remat_policy="full"),
+    dict(remat_policy="dots"),
+])
+def test_speed_options_compute_the_same_model(option, batch):
+  """Each option changes how, not what: same logits and gradients."""
+  base = tiny_config().model
+  base.attention_probs_dropout_prob = 0.0
+  other = tiny_config(**option).model
+  other.attention_probs_dropout_prob = 0.0
+  l0, g0 = forward_and_grad(base, batch)
+  l1, g1 = forward_and_grad(other, batch)
+  np.testing.assert_allclose(l1, l0, atol=1e-5, rtol=1e-5)
+  for a, b in zip(jax.tree.leaves(g0), jax.tree.leaves(g1)):
+    np.testing.assert_allclose(b, a, atol=1e-5, rtol=1e-4)
+  # The param tree (HF names) does not depend on the option.
+  shapes = lambda c: jax.tree.map(
+      lambda x: x.shape, nnx.state(train.abstract_model(c), nnx.Param)
+      .to_pure_dict())
+  assert shapes(other) == shapes(base)
+
+
+def test_dot_product_attention_honours_padding(batch):
+  """Padded keys get no weight: changing padded tokens changes nothing."""
+  config = tiny_config(attention_impl="dot_product_attention").model
+  changed = dict(batch)
+  changed["input_ids"] = np.where(batch["input_mask"] > 0, batch["input_ids"],
+                                  7)
+  l0, _ = forward_and_grad(config, batch)
+  l1, _ = forward_and_grad(config, changed)
+  assert (batch["input_mask"] == 0).any()
+  np.testing.assert_allclose(l1, l0, atol=1e-5)
+
+
+def test_fused_attention_refuses_attention_dropout(batch):
+  config = tiny_config(attention_impl="dot_product_attention").model
+  config.attention_probs_dropout_prob = 0.1
+  with pytest.raises(ValueError, match="attention_probs_dropout_prob=0"):
+    forward_and_grad(config, batch, dropout=True)
+
+
+def test_unknown_options_are_named():
+  with pytest.raises(ValueError, match="model.attention_impl"):
+    model_lib.validate_model_config(tiny_config(attention_impl="flash").model)
+  with pytest.raises(ValueError, match="model.remat_policy"):
+    model_lib.validate_model_config(tiny_config(remat_policy="some").model)
+
+
+def test_train_step_compiles_once_over_varied_data():
+  """Different masks, lengths and labels every step: one compilation."""
+  config = tiny_config()
+  mesh = sharding.make_mesh(config.mesh)
+  programs = train.Programs(config, mesh)
+  batches = benchmark.synthetic_batches(4, 8, 32, 5, 256, seed=3)
+  compiles = []
+
+  def listener(event, *args, **kwargs):
+    if event == "/jax/compilation_cache/compile_requests_use_cache":
+      compiles.append(event)
+
+  with programs.context():
+    state = programs.init()
+    first = sharding.global_batch(batches[0], programs.batch_sharding)
+    state, metrics = programs.train_step(state, first)
+    after_first = programs.train_step._cache_size()
+    jax.monitoring.register_event_listener(listener)
+    try:
+      for i in range(1, 5):
+        b = sharding.global_batch(batches[i % 4], programs.batch_sharding)
+        state, metrics = programs.train_step(state, b)
+      loss = jax.device_get(metrics["loss"])
+    finally:
+      jax.monitoring.unregister_event_listener(listener)
+  assert np.isfinite(loss)
+  assert after_first == 1
+  assert programs.train_step._cache_size() == 1
+  assert compiles == []
+
+
+def test_benchmark_cli_json_with_pytorch_peer():
+  """The documented command prints one JSON object with the ratios."""
+  env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2")
+  cmd = [sys.executable, os.path.join(REPO, "tools", "benchmark.py"),
+         "--config", os.path.join(REPO, "configs", "tiny.py"), "--steps", "2",
+         "--rounds", "1", "--json", "--compare", "--peers", "torch",
+         "--config.model.vocab_size=256", "--config.model.hidden_size=64",
+         "--config.model.num_attention_heads=4",
+         "--config.model.intermediate_size=128",
+         "--config.data.seq_length=32", "--config.train.batch_size=8",
+         "--config.data.max_predictions_per_seq=5"]
+  out = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                       timeout=600, cwd=REPO)
+  assert out.returncode == 0, out.stderr[-3000:]
+  result = json.loads(out.stdout.strip().splitlines()[-1])
+  assert result["tokens_per_sec"] > 0 and 0 < result["mfu"]
+  assert result["timed_steps"] == 2 and result["step_time_p90"] >= \
+      result["step_time_p50"] > 0
+  assert result["config"]["batch_size"] == 8
+  assert result["tokens_per_sec"] == pytest.approx(
+      8 * 32 / result["step_time_p50"])
+  assert result["pytorch"]["timed_steps"] == 2
+  assert result["vs_pytorch"] == pytest.approx(
+      result["tokens_per_sec"] / result["pytorch"]["tokens_per_sec"])

@@ -1,0 +1,197 @@
+"""Multi-host training on one machine: 2 processes x 4 CPU devices.
+
+Each process calls ``jax.distributed.initialize("127.0.0.1:PORT", 2, i)``,
+feeds only its own rows of the global batch
+(``jax.make_array_from_process_local_data``), trains a few steps on a
+DP=2 x FSDP=2 x TP=2 mesh whose data axis spans the two processes (the
+multi-slice/DCN layout, processes standing in for slices) and saves an Orbax
+checkpoint together. The losses and the saved parameters must equal those of
+one process driving all 8 devices.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import ml_collections
+import numpy as np
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOL = 1e-5
+STEPS = 3
+BATCH = 16
+
+
+def tiny_config(**mesh) -> ml_collections.ConfigDict:
+  from bert_jax import config_lib
+  c = config_lib.get_config("tiny")
+  c.model.update(vocab_size=256, hidden_size=64, num_hidden_layers=2,
+                 num_attention_heads=4, intermediate_size=256,
+                 max_position_embeddings=64, hidden_dropout_prob=0.0,
+                 attention_probs_dropout_prob=0.0)
+  c.data.seq_length = 32
+  c.data.max_predictions_per_seq = 5
+  c.train.update(batch_size=BATCH, num_steps=STEPS, warmup_steps=1,
+                 learning_rate=1e-3)
+  c.checkpoint.update(save_every_steps=STEPS, max_to_keep=1)
+  c.mesh.update(mesh)
+  return c
+
+
+def synthetic_batch(step: int, batch=BATCH, seq=32, preds=5, vocab=256):
+  r = np.random.RandomState(2000 + step)
+  lengths = r.randint(seq // 2, seq + 1, size=batch)
+  mask = (np.arange(seq)[None] < lengths[:, None]).astype(np.int32)
+  return dict(
+      input_ids=(r.randint(5, vocab, (batch, seq)) * mask).astype(np.int32),
+      input_mask=mask,
+      segment_ids=((np.arange(seq)[None] >= lengths[:, None] // 2) * mask
+                   ).astype(np.int32),
+      masked_lm_positions=r.randint(1, seq // 2, (batch, preds)).astype(
+          np.int32),
+      masked_lm_ids=r.randint(5, vocab, (batch, preds)).astype(np.int32),
+      masked_lm_weights=(r.rand(batch, preds) > 0.3).astype(np.float32),
+      next_sentence_labels=r.randint(0, 2, (batch,)).astype(np.int32))
+
+
+def local_rows(batch_sharding, global_batch_size: int) -> np.ndarray:
+  """The rows of the global batch that this process's devices hold."""
+  index_map = batch_sharding.addressable_devices_indices_map(
+      (global_batch_size,))
+  rows = set()
+  for index in index_map.values():
+    rows.update(range(*index[0].indices(global_batch_size)))
+  return np.array(sorted(rows))
+
+
+def worker(process_id: int, num_processes: int, port: int, workdir: str,
+           out: str) -> None:
+  import jax
+  if num_processes > 1:
+    jax.distributed.initialize(f"127.0.0.1:{port}",
+                               num_processes=num_processes,
+                               process_id=process_id)
+  from bert_jax import checkpointing
+  from bert_jax import sharding
+  from bert_jax import train
+
+  assert jax.device_count() == 8 and jax.process_count() == num_processes
+  if num_processes > 1:  # Data axis across the processes (DCN), 2x2 inside.
+    config = tiny_config(data=1, fsdp=2, tensor=2, dcn_data=2)
+  else:
+    config = tiny_config(data=2, fsdp=2, tensor=2)
+  train.validate_config(config, jax.device_count())
+  mesh = sharding.make_mesh(config.mesh)
+  programs = train.Programs(config, mesh)
+  rows = local_rows(programs.batch_sharding, BATCH)
+  assert len(rows) == BATCH // num_processes, rows
+  checkpointer = checkpointing.Checkpointer(workdir, config.checkpoint)
+  losses = []
+  with programs.context():
+    state = programs.init()
+    for step in range(STEPS):
+      local = {k: v[rows] for k, v in synthetic_batch(step).items()}
+      batch = sharding.global_batch(local, programs.batch_sharding)
+      state, metrics = programs.train_step(state, batch)
+      losses.append(float(metrics["loss"]))
+  checkpointer.save(STEPS, state, meta=dict(losses=losses), force=True)
+  checkpointer.wait()
+  checkpointer.close()
+  with open(f"{out}.{process_id}.json", "w") as f:
+    json.dump(dict(losses=losses, rows=rows.tolist(),
+                   mesh=sharding.describe(mesh),
+                   devices=[d.id for d in mesh.devices.flat],
+                   process_count=jax.process_count(),
+                   local_devices=jax.local_device_count()), f)
+  if num_processes > 1:
+    jax.distributed.shutdown()
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def _env(local_devices: int) -> dict:
+  env = dict(os.environ)
+  env.update(
+      XLA_FLAGS=f"--xla_force_host_platform_device_count={local_devices} "
+      "--xla_backend_optimization_level=0",  # Faster compiles, tiny steps.
+      JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2",
+      PYTHONPATH=REPO + os.pathsep + env.get("PYTHONPATH", ""))
+  return env
+
+
+def _launch(num_processes: int, workdir: str, out: str, timeout=600):
+  port = _free_port()
+  procs = [subprocess.Popen(
+      [sys.executable, os.path.abspath(__file__), "worker", str(i),
+       str(num_processes), str(port), workdir, out],
+      env=_env(8 // num_processes), cwd=REPO, stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT, text=True) for i in range(num_processes)]
+  logs = []
+  try:
+    for p in procs:
+      logs.append(p.communicate(timeout=timeout)[0])
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+  for i, p in enumerate(procs):
+    assert p.returncode == 0, f"process {i} failed:\n{logs[i][-5000:]}"
+  results = []
+  for i in range(num_processes):
+    with open(f"{out}.{i}.json") as f:
+      results.append(json.load(f))
+  return results
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  base = tmp_path_factory.mktemp("multiprocess")
+  return {n: (str(base / f"w{n}"),
+              _launch(n, str(base / f"w{n}"), str(base / f"out{n}")))
+          for n in (1, 2)}
+
+
+def test_two_processes_see_eight_devices_and_split_the_batch(runs):
+  _, results = runs[2]
+  assert [r["process_count"] for r in results] == [2, 2]
+  assert [r["local_devices"] for r in results] == [4, 4]
+  assert results[0]["mesh"] == "data=2 x fsdp=2 x tensor=2"
+  rows = [set(r["rows"]) for r in results]
+  assert not rows[0] & rows[1] and len(rows[0] | rows[1]) == BATCH
+
+
+def test_losses_equal_single_process(runs):
+  single = runs[1][1][0]["losses"]
+  assert len(single) == STEPS and np.all(np.isfinite(single))
+  for r in runs[2][1]:  # Every process reports the same global loss.
+    np.testing.assert_allclose(r["losses"], single, rtol=0, atol=TOL)
+
+
+def test_checkpoint_written_together_equals_single_process(runs):
+  from bert_jax import checkpointing
+  import jax
+  two, _, step_two = checkpointing.load_params(runs[2][0])
+  one, _, step_one = checkpointing.load_params(runs[1][0])
+  assert step_two == step_one == STEPS
+  a, b = jax.tree.leaves(two), jax.tree.leaves(one)
+  assert len(a) == len(b) > 10
+  worst = max(float(np.max(np.abs(np.asarray(x) - np.asarray(y))))
+              for x, y in zip(a, b))
+  assert worst <= TOL, worst
+
+
+if __name__ == "__main__":
+  if sys.argv[1] == "worker":
+    worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5],
+           sys.argv[6])
+  else:
+    raise SystemExit(f"unknown mode {sys.argv[1:]}")

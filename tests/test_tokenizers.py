@@ -1,0 +1,107 @@
+"""Tokenizers: training, special ids, in-graph vs Python, caching, CLI."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bert_jax import config_lib
+from bert_jax import demo_corpus
+from bert_jax import input_pipeline as ip
+from bert_jax import tokenizers
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+  d = tmp_path_factory.mktemp("tokcorpus")
+  docs = demo_corpus.synthetic_documents(300, seed=2)
+  path = demo_corpus.write_documents(str(d / "train.txt"), docs)
+  return path, [s for doc in docs for s in doc]
+
+
+def test_sentencepiece_specials_and_soft_limit(corpus, tmp_path):
+  _, sents = corpus
+  tok = tokenizers.train(tokenizers.SENTENCEPIECE, iter(sents), 30522, True,
+                         str(tmp_path / "spm.model"))
+  # The corpus cannot fill 30,522 pieces: fewer, no error.
+  assert 50 < tok.vocab_size < 30522
+  assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (
+      0, 1, 2, 3, 4)
+  assert not tok.missing_special_tokens
+  assert tok.lower_case
+  # In-graph tokenization equals the Python SentencePiece processor.
+  got = tok.tokenize(tf.constant(sents[:300])).to_list()
+  assert got == [tok.encode(s) for s in sents[:300]]
+  assert tok.encode(sents[0].upper()) == tok.encode(sents[0])  # uncased
+  ws = tok.word_start
+  assert ws.dtype == bool and ws.shape == (tok.vocab_size,)
+  assert all(ws[i] == tok.pieces[i].startswith("\u2581")
+             for i in range(5, tok.vocab_size) if tok.pieces[i] != "[UNK]")
+  ids = [tok.cls_id] + tok.encode("hello world") + [tok.sep_id, tok.pad_id]
+  assert tok.decode(ids) == "[CLS] hello world [SEP]"
+
+
+def test_wordpiece_trained_and_bert_layout(corpus, tmp_path):
+  _, sents = corpus
+  tok = tokenizers.train(tokenizers.WORDPIECE, iter(sents), 400, True,
+                         str(tmp_path / "vocab.txt"))
+  assert tok.vocab_size <= 400
+  assert tok.pieces[:5] == list(tokenizers.SPECIAL_TOKENS)
+  ids = tok.encode(sents[0].upper())
+  assert tok.decode(ids) == sents[0].lower().replace(".", " .")
+  assert any(p.startswith("##") for p in tok.pieces)
+  assert not any(tok.word_start[i] for i, p in enumerate(tok.pieces)
+                 if p.startswith("##"))
+  # bert-base-uncased layout: specials found by name, [unused*] excluded.
+  vocab = (["[PAD]"] + [f"[unused{i}]" for i in range(99)] +
+           ["[UNK]", "[CLS]", "[SEP]", "[MASK]"] + tok.pieces[5:])
+  path = str(tmp_path / "bert_vocab.txt")
+  tokenizers.save_wordpiece(vocab, path)
+  bert = tokenizers.load(path, tokenizers.WORDPIECE, lower_case=True)
+  assert (bert.pad_id, bert.unk_id, bert.cls_id, bert.sep_id, bert.mask_id) == (
+      0, 100, 101, 102, 103)
+  assert set(range(100)) <= set(bert.special_ids)
+
+
+def test_load_tokenizer_caches_by_vocab_size(corpus, tmp_path):
+  path, _ = corpus
+  c = config_lib.get_config("tiny")
+  c.data.train_files = path
+  c.data.tokenizer_vocab_size = 200
+  t1 = ip.load_tokenizer(c.data, str(tmp_path))
+  m1 = os.path.getmtime(t1.path)
+  t1b = ip.load_tokenizer(c.data, str(tmp_path))
+  assert t1b.path == t1.path and os.path.getmtime(t1.path) == m1
+  c.data.tokenizer_vocab_size = 250
+  t2 = ip.load_tokenizer(c.data, str(tmp_path))
+  assert t2.path != t1.path
+  assert t1.vocab_size <= 200 and t2.vocab_size <= 250
+  c.data.tokenizer_path = str(tmp_path / "nope.model")
+  with pytest.raises(ValueError, match="nope.model"):
+    ip.load_tokenizer(c.data, str(tmp_path))
+  c.data.tokenizer_path = ""
+  c.data.tokenizer_type = "bpe"
+  with pytest.raises(ValueError, match="tokenizer_type"):
+    ip.load_tokenizer(c.data, str(tmp_path))
+
+
+def test_train_tokenizer_tool(corpus, tmp_path):
+  path, _ = corpus
+  out = str(tmp_path / "wp" / "vocab.txt")
+  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2",
+             JAX_PLATFORMS="cpu")
+  r = subprocess.run(
+      [sys.executable, os.path.join(ROOT, "tools", "train_tokenizer.py"),
+       f"--config={os.path.join(ROOT, 'bert_jax', 'config_lib.py')}:tiny",
+       f"--config.data.train_files={path}",
+       "--config.data.tokenizer_type=wordpiece",
+       "--config.data.tokenizer_vocab_size=300", f"--output={out}"],
+      capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+  assert r.returncode == 0, r.stderr[-3000:]
+  tok = tokenizers.load(out, tokenizers.WORDPIECE)
+  assert 100 < tok.vocab_size <= 300 and not tok.missing_special_tokens

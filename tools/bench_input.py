@@ -1,0 +1,154 @@
+r"""Input pipeline throughput per host CPU core: SentencePiece vs WordPiece,
+in-graph masking vs host-side numpy masking (what Hugging Face's
+DataCollatorForLanguageModeling does).
+
+  python tools/bench_input.py [--config=bert_jax/config_lib.py:base] \
+      [--workdir=/tmp/bench_input] [--seconds=10] \
+      [--train_tokens_per_sec=200000]
+
+Corpus: the demo corpus (CPython docs) copied --copies times into 4 files, so
+epoch boundaries do not dominate. Tokens are real (non-padding) tokens.
+
+--train_tokens_per_sec is what one host's accelerators consume in BERT-base
+training. Default 200,000: BERT-base at seq 128 costs ~0.66 GFLOP/token for a
+training step (6 x 110M params), so one A100-class chip (312 TFLOP/s bf16) at
+~40% MFU eats ~190k tokens/s. Pass your own (e.g. a TPU v4 host of 4 chips at
+40% MFU: ~670,000).
+"""
+
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
+from ml_collections import config_flags
+import numpy as np
+import tensorflow as tf
+
+from bert_jax import config_lib
+from bert_jax import demo_corpus
+from bert_jax import input_pipeline as ip
+from bert_jax import masking
+from bert_jax import tokenizers
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.")
+_WORKDIR = flags.DEFINE_string("workdir", "/tmp/bench_input", "Workdir.")
+_SECONDS = flags.DEFINE_float("seconds", 10.0, "Seconds per measurement.")
+_COPIES = flags.DEFINE_integer("copies", 8, "Copies of the demo corpus.")
+_VOCAB = flags.DEFINE_integer("vocab_size", 8000, "Tokenizer vocab to train.")
+_TRAIN_RATE = flags.DEFINE_float(
+    "train_tokens_per_sec", 200_000.0,
+    "Tokens/s one host's accelerators consume in a BERT-base train step.")
+_KINDS = flags.DEFINE_list("kinds", ["sentencepiece", "wordpiece"],
+                           "Tokenizers to measure.")
+
+
+def num_cores() -> int:
+  try:
+    return len(os.sched_getaffinity(0))
+  except AttributeError:
+    return os.cpu_count() or 1
+
+
+def write_corpus(workdir: str, copies: int) -> str:
+  d = os.path.join(workdir, f"bench_corpus_x{copies}")
+  glob = os.path.join(d, "part-*.txt")
+  if tf.io.gfile.glob(glob):
+    return glob
+  tf.io.gfile.makedirs(d)
+  docs = [s for _, s in demo_corpus.demo_documents()]
+  for k in range(4):
+    demo_corpus.write_documents(os.path.join(d, f"part-{k}.txt"),
+                                docs[k::4] * copies)
+  return glob
+
+
+def measure(batches, seconds, host_fn=None):
+  """Pulls batches for `seconds` after a warm-up.
+
+  Returns (tokens/s, examples/s, tokens per CPU-second): the last divides by
+  the CPU time this process used (all threads), so it is the per-core rate
+  even when other processes share the machine.
+  """
+  it = iter(batches)
+  t_end = time.time() + 3.0  # warm-up: graph start, shuffle buffer fill
+  while time.time() < t_end:
+    next(it)
+  toks = exs = 0
+  c0 = time.process_time()
+  t0 = time.time()
+  while time.time() - t0 < seconds:
+    b = next(it)
+    if host_fn is not None:
+      b = host_fn(b)
+    toks += int(b["input_mask"].sum())
+    exs += b["input_mask"].shape[0]
+  dt = time.time() - t0
+  cpu = time.process_time() - c0
+  return toks / dt, exs / dt, toks / cpu
+
+
+def main(argv):
+  del argv
+  config = _CONFIG.value or config_lib.get_config("base")
+  wd = _WORKDIR.value
+  glob = write_corpus(wd, _COPIES.value)
+  config.data.train_files = glob
+  config.data.sources = ""
+  cores = num_cores()
+  rows = []
+  for kind in _KINDS.value:
+    config.data.tokenizer_type = kind
+    config.data.tokenizer_path = ""
+    config.data.tokenizer_vocab_size = _VOCAB.value
+    config.data.tokenizer_train_sentences = 200_000
+    tok = ip.load_tokenizer(config.data, wd)
+    config.model.vocab_size = max(config.model.vocab_size, tok.vocab_size)
+    ip.validate(config, tok)
+
+    # (a) Whole pipeline, masking in the tf.data graph.
+    it = ip.create_train_iterator(config, tok, wd)
+    rows.append((kind, "tf.data + in-graph masking",
+                 *measure(it, _SECONDS.value)))
+
+    # (b) Same examples, masked on the host with numpy (HF collator style).
+    ds = ip._examples(config, tok, wd, 0, 1, "train", None)
+    ds = ds.shuffle(config.data.shuffle_buffer, seed=0).batch(
+        config.train.batch_size, drop_remainder=True).prefetch(2)
+    table = np.zeros(tok.vocab_size, bool)
+    table[tok.special_ids] = True
+    rng = np.random.default_rng(0)
+
+    def host_mask(b):
+      b = {k: v.numpy() for k, v in b.items()}
+      b["input_ids"], b["labels"] = masking.numpy_mask_batch(
+          b["input_ids"], rng, special_mask_table=table, mask_id=tok.mask_id,
+          vocab_size=tok.vocab_size, mask_rate=config.data.mask_rate)
+      return b
+    rows.append((kind, "tf.data + host numpy masking",
+                 *measure(ds, _SECONDS.value, host_mask)))
+
+  print(f"\nInput pipeline throughput, seq_length={config.data.seq_length}, "
+        f"batch={config.train.batch_size}, objective="
+        f"{ip.objective(config.data)}, {cores} CPU core(s). tok/CPU-s = "
+        "tokens per CPU-second used by this process (the per-core rate, "
+        "robust to other load); tok/s/core = wall rate / cores.")
+  print(f"Train step consumption assumed: {_TRAIN_RATE.value:,.0f} tokens/s "
+        "per host (--train_tokens_per_sec).")
+  hdr = (f"{'tokenizer':<14}{'variant':<31}{'tokens/s':>10}{'tok/s/core':>11}"
+         f"{'tok/CPU-s':>11}{'ex/CPU-s':>10}{'x train':>8}{'cores/train':>12}")
+  print(hdr)
+  print("-" * len(hdr))
+  for kind, var, tps, eps, tpc in rows:
+    print(f"{kind:<14}{var:<31}{tps:>10,.0f}{tps / cores:>11,.0f}"
+          f"{tpc:>11,.0f}{tpc * eps / tps:>10,.0f}"
+          f"{tps / _TRAIN_RATE.value:>8.2f}{_TRAIN_RATE.value / tpc:>12.2f}")
+  print("x train = wall tokens/s / train rate; cores/train = CPU cores needed "
+        "to feed the train step.")
+
+
+if __name__ == "__main__":
+  app.run(main)

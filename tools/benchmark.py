@@ -1,0 +1,529 @@
+r"""Training-step throughput and MFU of bert_jax, optionally against HF peers.
+
+  python tools/benchmark.py --config configs/small.py --steps 3 \
+      --config.model.dtype=bfloat16 [--compare] [--json]
+
+Measures the jitted train step (`train.Programs`) on synthetic batches with
+the config's real shapes (global batch x seq_length, max_predictions_per_seq
+masked positions, varied padding), so no input pipeline is involved. Reports
+tokens/s, sequences/s, step time p50/p90, compile time, TFLOP/s per device,
+MFU (flops.py) and peak memory.
+
+--compare runs, on the same machine with the same batch shape and dtype, one
+training step of Hugging Face ``FlaxBertForPreTraining`` (transformers 4.57.6,
+the last release with Flax models, in its own venv: see --hf_flax_python) and
+of PyTorch ``BertForPreTraining`` (transformers 5 + torch CPU), each as they
+ship: AdamW, their own MLM head (logits at every position), dropout 0.1. Each
+peer lives in a worker process; rounds alternate ours -> flax -> torch so
+machine noise hits all alike; the first steps of each are warm-up and
+excluded; medians over all timed steps are compared. bf16 means: ours
+``model.dtype=bfloat16`` (bf16 matmul inputs, f32 accumulation, f32 params),
+HF Flax ``dtype=jnp.bfloat16`` (its computation dtype), PyTorch
+``torch.autocast("cpu", bfloat16)``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_FLAX_VENV = os.path.join(REPO, ".venv-hfflax")
+
+
+# ==============================================================================
+# Synthetic batches (numpy; shared by ours and the peers).
+# ==============================================================================
+def synthetic_batches(num: int, batch: int, seq: int, preds: int, vocab: int,
+                      seed: int = 0) -> list[dict]:
+  """`num` different batches in google-research/bert feature layout.
+
+  Lengths vary per row (trailing padding), masked positions are distinct real
+  tokens (the last rows' slots may be padding with weight 0), as real data.
+  """
+  rng = np.random.default_rng(seed)
+  out = []
+  for _ in range(num):
+    lengths = rng.integers(seq // 2, seq + 1, size=batch)
+    lengths[0] = seq
+    pos = np.arange(seq)[None]
+    mask = (pos < lengths[:, None]).astype(np.int32)
+    ids = rng.integers(5, vocab, size=(batch, seq)).astype(np.int32) * mask
+    seg = ((pos >= lengths[:, None] // 2) & (mask > 0)).astype(np.int32)
+    positions = np.zeros((batch, preds), np.int32)
+    weights = np.zeros((batch, preds), np.float32)
+    for i, n in enumerate(lengths):
+      k = min(preds, max(1, int(round(0.15 * n))))
+      positions[i, :k] = np.sort(rng.choice(np.arange(1, n), k, replace=False))
+      weights[i, :k] = 1.0
+    out.append(dict(
+        input_ids=ids, input_mask=mask, segment_ids=seg,
+        masked_lm_positions=positions,
+        masked_lm_ids=rng.integers(5, vocab, size=(batch, preds)).astype(
+            np.int32),
+        masked_lm_weights=weights,
+        next_sentence_labels=rng.integers(0, 2, size=batch).astype(np.int32)))
+  return out
+
+
+def _labels_full(b: dict) -> np.ndarray:
+  """[B,T] MLM labels with -100 at unmasked positions (HF convention)."""
+  labels = np.full(b["input_ids"].shape, -100, np.int64)
+  for i in range(labels.shape[0]):
+    for p, t, w in zip(b["masked_lm_positions"][i], b["masked_lm_ids"][i],
+                       b["masked_lm_weights"][i]):
+      if w > 0:
+        labels[i, p] = t
+  return labels
+
+
+def _stats(times: list[float]) -> dict:
+  a = np.asarray(times)
+  return dict(p50=float(np.median(a)), p90=float(np.percentile(a, 90)),
+              mean=float(a.mean()), n=len(times))
+
+
+def _max_rss_mb() -> float:
+  import resource
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+# ==============================================================================
+# Peers: worker processes that answer "run N steps" on stdin with timings.
+# ==============================================================================
+def _peer_torch(spec: dict):
+  import torch
+  import transformers
+
+  cfg = transformers.BertConfig(**spec["bert_config"])
+  torch.manual_seed(0)
+  model = transformers.BertForPreTraining(cfg).train()
+  opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+  bf16 = spec["dtype"] == "bfloat16"
+  batches = []
+  for b in synthetic_batches(**spec["data"]):
+    batches.append(dict(
+        input_ids=torch.from_numpy(b["input_ids"]).long(),
+        attention_mask=torch.from_numpy(b["input_mask"]).long(),
+        token_type_ids=torch.from_numpy(b["segment_ids"]).long(),
+        labels=torch.from_numpy(_labels_full(b)),
+        next_sentence_label=torch.from_numpy(
+            b["next_sentence_labels"]).long()))
+
+  def step(b):
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+      loss = model(**b).loss
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return float(loss.detach())
+
+  return step, batches, dict(framework=f"torch {torch.__version__}, "
+                             f"transformers {transformers.__version__}",
+                             threads=torch.get_num_threads())
+
+
+def _peer_flax(spec: dict):
+  import jax
+  import jax.numpy as jnp
+  import optax
+  import transformers
+  from transformers import FlaxBertForPreTraining
+
+  cfg = transformers.BertConfig(**spec["bert_config"])
+  dtype = jnp.bfloat16 if spec["dtype"] == "bfloat16" else jnp.float32
+  model = FlaxBertForPreTraining(cfg, seed=0, dtype=dtype)
+  tx = optax.adamw(1e-4, weight_decay=0.01)
+  params = model.params
+  opt_state = tx.init(params)
+
+  def loss_fn(params, b, rng):
+    out = model(b["input_ids"], attention_mask=b["attention_mask"],
+                token_type_ids=b["token_type_ids"], params=params,
+                dropout_rng=rng, train=True)
+    logits = out.prediction_logits.astype(jnp.float32)  # [B, T, V]
+    labels = b["labels"]
+    w = (labels >= 0).astype(jnp.float32)
+    nll = optax.softmax_cross_entropy_with_integer_labels(
+        logits, jnp.maximum(labels, 0))
+    mlm = jnp.sum(nll * w) / jnp.maximum(jnp.sum(w), 1.0)
+    nsp = optax.softmax_cross_entropy_with_integer_labels(
+        out.seq_relationship_logits.astype(jnp.float32),
+        b["next_sentence_label"]).mean()
+    return mlm + nsp
+
+  @jax.jit
+  def train_step(params, opt_state, b, rng):
+    rng, sub = jax.random.split(rng)
+    loss, grads = jax.value_and_grad(loss_fn)(params, b, sub)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss, rng
+
+  state = dict(params=params, opt_state=opt_state,
+               rng=jax.random.key(0))
+  batches = []
+  for b in synthetic_batches(**spec["data"]):
+    batches.append(jax.device_put(dict(
+        input_ids=b["input_ids"], attention_mask=b["input_mask"],
+        token_type_ids=b["segment_ids"], labels=_labels_full(b).astype(
+            np.int32), next_sentence_label=b["next_sentence_labels"])))
+
+  def step(b):
+    state["params"], state["opt_state"], loss, state["rng"] = train_step(
+        state["params"], state["opt_state"], b, state["rng"])
+    return float(loss)
+
+  return step, batches, dict(framework=f"jax {jax.__version__}, "
+                             f"transformers {transformers.__version__}")
+
+
+def peer_worker(kind: str, spec_json: str):
+  """stdin: one integer per line (steps to time); stdout: one JSON per line."""
+  spec = json.loads(spec_json)
+  t0 = time.perf_counter()
+  step, batches, info = (_peer_torch if kind == "torch" else _peer_flax)(spec)
+  setup = time.perf_counter() - t0
+  t0 = time.perf_counter()
+  step(batches[0])  # First step: compile (flax) / allocator warm-up (torch).
+  info.update(setup_seconds=setup, compile_seconds=time.perf_counter() - t0)
+  print(json.dumps(info), flush=True)
+  i = 1
+  for line in sys.stdin:
+    n = int(line)
+    times = []
+    for _ in range(n):
+      t = time.perf_counter()
+      step(batches[i % len(batches)])
+      times.append(time.perf_counter() - t)
+      i += 1
+    print(json.dumps(dict(times=times, max_rss_mb=_max_rss_mb())), flush=True)
+
+
+class Peer:
+  """A peer implementation in its own process, driven step-batch by batch."""
+
+  def __init__(self, kind: str, python: str, spec: dict, warmup: int):
+    self.kind, self.times = kind, []
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", HF_HUB_OFFLINE="1",
+               TRANSFORMERS_VERBOSITY="error")
+    self.proc = subprocess.Popen(
+        [python, os.path.abspath(__file__), "--_peer", kind, json.dumps(spec)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    self.info = self._read()
+    if warmup:
+      self.run(warmup, record=False)
+
+  def _read(self) -> dict:
+    line = self.proc.stdout.readline()
+    if not line:
+      raise RuntimeError(f"{self.kind} peer exited with code "
+                         f"{self.proc.wait()} (see its stderr above).")
+    return json.loads(line)
+
+  def run(self, n: int, record: bool = True):
+    self.proc.stdin.write(f"{n}\n")
+    self.proc.stdin.flush()
+    out = self._read()
+    self.max_rss_mb = out["max_rss_mb"]
+    if record:
+      self.times += out["times"]
+
+  def close(self):
+    self.proc.stdin.close()
+    self.proc.wait()
+
+
+def ensure_flax_venv(path: str) -> str:
+  """Python of a venv with transformers 4.57.6 (created on first use)."""
+  python = os.path.join(path, "bin", "python")
+  check = [python, "-c", "import transformers as t; "
+           "assert t.__version__ == '4.57.6', t.__version__; "
+           "from transformers import FlaxBertForPreTraining"]
+  if os.path.exists(python) and subprocess.run(
+      check, capture_output=True).returncode == 0:
+    return python
+  print(f"Creating {path} with transformers==4.57.6 (once; ~1 min) ...",
+        file=sys.stderr)
+  subprocess.run([sys.executable, "-m", "venv", "--system-site-packages",
+                  path], check=True)
+  subprocess.run([python, "-m", "pip", "install", "-q", "-r",
+                  os.path.join(REPO, "requirements-bench.txt")], check=True)
+  subprocess.run(check, check=True)
+  return python
+
+
+# ==============================================================================
+# Ours.
+# ==============================================================================
+def _forward_full_logits(graphdef, params, batch, dropout_key=None):
+  """Ablation of the masked-position gather: vocabulary logits at every
+  position (as HF), then the masked ones picked for the same loss."""
+  from flax import nnx
+  import jax.numpy as jnp
+  model = nnx.merge(graphdef, params)
+  rngs = None if dropout_key is None else nnx.Rngs(dropout=dropout_key)
+  out = model(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
+              None, deterministic=dropout_key is None, rngs=rngs)
+  out["mlm_logits"] = jnp.take_along_axis(
+      out["mlm_logits"], batch["masked_lm_positions"][..., None], axis=1)
+  return out
+
+
+class Ours:
+  """bert_jax's compiled train step on synthetic device-resident batches."""
+
+  def __init__(self, config, warmup: int, num_batches: int = 4,
+               gather: bool = True):
+    import jax
+    from bert_jax import sharding, train
+
+    self.jax = jax
+    self.config, self.times = config, []
+    self.mesh = sharding.make_mesh(config.mesh)
+    self.programs = p = train.Programs(config, self.mesh)
+    b, d = config.train.batch_size, config.data
+    forward = train.forward
+    with p.context():
+      t0 = time.perf_counter()
+      if not gather:  # train_step looks `forward` up when it is traced.
+        train.forward = _forward_full_logits
+      try:
+        self.step = p.train_step.lower(p.abstract_state,
+                                       p.batch_spec(b)).compile()
+      finally:
+        train.forward = forward
+      self.compile_seconds = time.perf_counter() - t0
+      self.state = p.init()
+    mem = self.step.memory_analysis()
+    self.memory_mb = None if mem is None else (
+        mem.argument_size_in_bytes + mem.output_size_in_bytes
+        + mem.temp_size_in_bytes - mem.alias_size_in_bytes) / 2**20
+    host = synthetic_batches(num_batches, b // jax.process_count(),
+                             d.seq_length, d.max_predictions_per_seq,
+                             config.model.vocab_size)
+    self.batches = [sharding.global_batch(x, p.batch_sharding) for x in host]
+    self.i = 0
+    if warmup:
+      self.run(warmup, record=False)
+
+  def run(self, n: int, record: bool = True):
+    for _ in range(n):
+      t = time.perf_counter()
+      self.state, metrics = self.step(self.state,
+                                      self.batches[self.i % len(self.batches)])
+      metrics["loss"].block_until_ready()
+      if record:
+        self.times.append(time.perf_counter() - t)
+      self.i += 1
+
+
+def bert_config_dict(model_config) -> dict:
+  m = model_config
+  return dict(vocab_size=m.vocab_size, hidden_size=m.hidden_size,
+              num_hidden_layers=m.num_hidden_layers,
+              num_attention_heads=m.num_attention_heads,
+              intermediate_size=m.intermediate_size, hidden_act="gelu",
+              hidden_dropout_prob=m.hidden_dropout_prob,
+              attention_probs_dropout_prob=m.attention_probs_dropout_prob,
+              max_position_embeddings=m.max_position_embeddings,
+              type_vocab_size=m.type_vocab_size,
+              initializer_range=m.initializer_range,
+              layer_norm_eps=m.layer_norm_eps)
+
+
+def benchmark(config, steps: int, rounds: int, warmup: int, compare: bool,
+              flax_python: str | None = None, peers=("flax", "torch")) -> dict:
+  import jax
+  from bert_jax import flops
+
+  b, t = config.train.batch_size, config.data.seq_length
+  dtype = config.model.dtype
+  tokens_per_step = b * t
+  peak, peak_source = flops.peak_tflops(dtype,
+                                        config.train.get("peak_tflops", 0.0))
+  ours = Ours(config, warmup)
+  runners = [("ours", ours)]
+  if compare:
+    spec = dict(bert_config=bert_config_dict(config.model), dtype=dtype,
+                data=dict(num=4, batch=b, seq=t,
+                          preds=config.data.max_predictions_per_seq,
+                          vocab=config.model.vocab_size))
+    if "flax" in peers:
+      runners.append(("hf_flax", Peer(
+          "flax", flax_python or ensure_flax_venv(DEFAULT_FLAX_VENV), spec,
+          warmup)))
+    if "torch" in peers:
+      runners.append(("pytorch", Peer("torch", sys.executable, spec, warmup)))
+  measured_peak = peak_source.startswith("measured")
+  for _ in range(rounds):  # Alternate so that noise hits everyone alike.
+    for _, r in runners:
+      r.run(steps)
+    if measured_peak:  # The machine's best: re-measured between rounds.
+      peak = max(peak, flops.measure_matmul_tflops(dtype, cache=False))
+
+  flops_per_step = flops.train_flops_per_step(config)
+  st = _stats(ours.times)
+  tflops, mfu = flops.mfu(flops_per_step, st["p50"], jax.device_count(), peak)
+  result = dict(
+      config=dict(layers=config.model.num_hidden_layers,
+                  hidden=config.model.hidden_size,
+                  vocab=config.model.vocab_size, seq_length=t, batch_size=b,
+                  max_predictions_per_seq=config.data.max_predictions_per_seq,
+                  dtype=dtype,
+                  attention_impl=config.model.get("attention_impl", "xla"),
+                  fused_qkv=bool(config.model.get("fused_qkv", False)),
+                  remat_policy=config.model.get("remat_policy", "none"),
+                  attention_dropout=config.model.attention_probs_dropout_prob),
+      backend=jax.default_backend(), devices=jax.device_count(),
+      device_kind=jax.devices()[0].device_kind,
+      tokens_per_sec=tokens_per_step / st["p50"],
+      sequences_per_sec=b / st["p50"],
+      step_time_p50=st["p50"], step_time_p90=st["p90"], timed_steps=st["n"],
+      compile_seconds=ours.compile_seconds,
+      train_tflops_per_step=flops_per_step / 1e12,
+      tflops_per_device=tflops, mfu=mfu, peak_tflops=peak,
+      peak_source=peak_source, peak_memory_mb=ours.memory_mb,
+      max_rss_mb=_max_rss_mb())
+  for name, r in runners[1:]:
+    pst = _stats(r.times)
+    result[name] = dict(tokens_per_sec=tokens_per_step / pst["p50"],
+                        step_time_p50=pst["p50"], step_time_p90=pst["p90"],
+                        timed_steps=pst["n"],
+                        compile_seconds=r.info["compile_seconds"],
+                        max_rss_mb=r.max_rss_mb, framework=r.info["framework"])
+    result[f"vs_{name}"] = result["tokens_per_sec"] / result[name][
+        "tokens_per_sec"]
+    r.close()
+  return result
+
+
+def parse_variant(text: str):
+  """"name:model.fused_qkv=True,model.dtype=bfloat16" -> (name, overrides)."""
+  import ast
+  name, _, rest = text.partition(":")
+  overrides = {}
+  for item in filter(None, rest.split(",")):
+    key, _, value = item.partition("=")
+    try:
+      overrides[key.strip()] = ast.literal_eval(value.strip())
+    except (ValueError, SyntaxError):
+      overrides[key.strip()] = value.strip()
+  return name, overrides
+
+
+def compare_variants(config, variants: list[str], steps: int, rounds: int,
+                     warmup: int) -> dict:
+  """Ours under several overrides, alternating, each vs the first (base).
+
+  The pseudo-key `gather=False` computes vocabulary logits at every position
+  (ablation of the masked-position gather).
+  """
+  import jax
+  from bert_jax import flops
+  runners = []
+  for text in ["base:"] + list(variants):
+    name, overrides = parse_variant(text)
+    c = config.copy_and_resolve_references()
+    gather = overrides.pop("gather", True)
+    for key, value in overrides.items():
+      group, field = key.split(".", 1)
+      c[group][field] = value
+    runners.append((name, c, Ours(c, warmup, gather=gather)))
+  for _ in range(rounds):
+    for _, _, r in runners:
+      r.run(steps)
+  tokens = config.train.batch_size * config.data.seq_length
+  out = {}
+  for name, c, r in runners:
+    p50 = _stats(r.times)["p50"]
+    peak, _ = flops.peak_tflops(c.model.dtype, c.train.get("peak_tflops", 0.0))
+    _, mfu = flops.mfu(flops.train_flops_per_step(c), p50, jax.device_count(),
+                       peak)
+    out[name] = dict(tokens_per_sec=tokens / p50, step_time_p50=p50, mfu=mfu,
+                     compile_seconds=r.compile_seconds,
+                     peak_memory_mb=r.memory_mb)
+  base = out["base"]["tokens_per_sec"]
+  for v in out.values():
+    v["vs_base"] = v["tokens_per_sec"] / base
+  return out
+
+
+def print_human(r: dict):
+  c = r["config"]
+  print(f"bert_jax {c['layers']}x{c['hidden']} vocab {c['vocab']}, batch "
+        f"{c['batch_size']} x seq {c['seq_length']}, {c['dtype']}, attention "
+        f"{c['attention_impl']}, fused_qkv {c['fused_qkv']}, remat "
+        f"{c['remat_policy']} on {r['devices']} {r['device_kind']}")
+  mem = ("n/a" if r["peak_memory_mb"] is None
+         else f"{r['peak_memory_mb']:.0f} MB")
+  print(f"  tokens/s {r['tokens_per_sec']:.0f}  sequences/s "
+        f"{r['sequences_per_sec']:.1f}  step p50 {r['step_time_p50']*1e3:.0f} "
+        f"ms  p90 {r['step_time_p90']*1e3:.0f} ms  compile "
+        f"{r['compile_seconds']:.1f} s  ({r['timed_steps']} steps)")
+  print(f"  {r['tflops_per_device']:.3f} TFLOP/s per device  MFU "
+        f"{100*r['mfu']:.1f}% of {r['peak_tflops']:.2f} TFLOP/s "
+        f"({r['peak_source']})  step memory {mem}  max RSS "
+        f"{r['max_rss_mb']:.0f} MB")
+  for name in ("hf_flax", "pytorch"):
+    if name in r:
+      p = r[name]
+      print(f"  {name:8s} tokens/s {p['tokens_per_sec']:.0f}  step p50 "
+            f"{p['step_time_p50']*1e3:.0f} ms  ({p['framework']})  -> ours is "
+            f"{r['vs_' + name]:.2f}x")
+
+
+def main(argv):
+  del argv
+  from absl import flags
+  F = flags.FLAGS
+  config = F.config
+  if F.variant:
+    r = compare_variants(config, F.variant, F.steps, F.rounds, F.warmup)
+    if F.json:
+      print(json.dumps(r))
+    else:
+      for name, v in r.items():
+        mem = v["peak_memory_mb"]
+        print(f"{name:24s} tokens/s {v['tokens_per_sec']:7.0f}  "
+              f"x{v['vs_base']:.2f} vs base  MFU {100*v['mfu']:.1f}%  "
+              f"compile {v['compile_seconds']:.0f} s  step memory "
+              f"{mem if mem is None else round(mem)} MB")
+    return
+  r = benchmark(config, F.steps, F.rounds, F.warmup, F.compare,
+                F.hf_flax_python or None, tuple(F.peers))
+  if F.json:
+    print(json.dumps(r))
+  else:
+    print_human(r)
+
+
+if __name__ == "__main__":
+  if len(sys.argv) > 1 and sys.argv[1] == "--_peer":
+    peer_worker(sys.argv[2], sys.argv[3])
+    sys.exit(0)
+  sys.path.insert(0, REPO)
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  from absl import app, flags
+  from ml_collections import config_flags
+
+  config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py).",
+                                  lock_config=False)
+  flags.mark_flags_as_required(["config"])
+  flags.DEFINE_integer("steps", 3, "Timed steps per run (per round).")
+  flags.DEFINE_integer("rounds", 3, "Alternating rounds (ours, flax, torch).")
+  flags.DEFINE_integer("warmup", 1, "Untimed steps after compile, each impl.")
+  flags.DEFINE_bool("compare", False, "Also run HF Flax and PyTorch BERT.")
+  flags.DEFINE_list("peers", ["flax", "torch"], "Peers for --compare.")
+  flags.DEFINE_string("hf_flax_python", "", "Python with transformers==4.57.6 "
+                      "(default: .venv-hfflax, created on demand).")
+  flags.DEFINE_bool("json", False, "Print one JSON object.")
+  flags.DEFINE_multi_string(
+      "variant", [], "Instead of peers: ours with overrides, alternating with "
+      "the base config, e.g. --variant=fused:model.fused_qkv=True "
+      "(gather=False: logits at every position).")
+  app.run(main)

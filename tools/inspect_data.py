@@ -1,0 +1,102 @@
+r"""Prints decoded training examples with their masks; optionally saves batches.
+
+  python tools/inspect_data.py --config=configs/<name>.py --workdir=/tmp/run \
+      [--num_batches=2] [--num_show=4] [--eval] [--save=/tmp/batches.npz]
+
+In the printout a masked position shows as ``[MASK:orig]`` (replaced by
+[MASK]), ``{new:orig}`` (replaced by a random token) or ``<orig>`` (selected,
+kept). --save writes the raw batches (concatenated along the batch axis) under
+the standard BERT feature names, plus the scalars vocab_size, cls_token_id,
+sep_token_id, mask_token_id, pad_token_id and a boolean array word_start
+(True where a token of the original, unmasked input begins a word).
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
+from ml_collections import config_flags
+import numpy as np
+
+from bert_jax import input_pipeline
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.")
+_WORKDIR = flags.DEFINE_string("workdir", "/tmp/bert_jax_inspect", "Workdir.")
+_NUM_BATCHES = flags.DEFINE_integer("num_batches", 1, "Batches to read.")
+_NUM_SHOW = flags.DEFINE_integer("num_show", 3, "Examples to print.")
+_EVAL = flags.DEFINE_bool("eval", False, "Read the eval batches instead.")
+_SAVE = flags.DEFINE_string("save", "", "Write the batches to this .npz.")
+
+
+def original_ids(batch):
+  ids = batch["input_ids"].copy()
+  rows, cols = np.nonzero(batch["masked_lm_weights"] > 0)
+  ids[rows, batch["masked_lm_positions"][rows, cols]] = (
+      batch["masked_lm_ids"][rows, cols])
+  return ids
+
+
+def show(tok, batch, r):
+  orig = original_ids(batch)[r]
+  cur = batch["input_ids"][r]
+  sel = set(batch["masked_lm_positions"][r][batch["masked_lm_weights"][r] > 0]
+            .tolist())
+  n = int(batch["input_mask"][r].sum())
+  out = []
+  for i in range(n):
+    o = tok.id_to_piece(int(orig[i]))
+    if i in sel:
+      c = tok.id_to_piece(int(cur[i]))
+      if cur[i] == tok.mask_id:
+        out.append(f"[MASK:{o}]")
+      elif cur[i] == orig[i]:
+        out.append(f"<{o}>")
+      else:
+        out.append(f"{{{c}:{o}}}")
+    else:
+      out.append(o)
+  seg = batch["segment_ids"][r][:n]
+  print(f"--- example {r}: {n} tokens, {len(sel)} predicted, "
+        f"next_sentence_label={int(batch['next_sentence_labels'][r])}, "
+        f"segment B starts at {int(np.argmax(seg)) if seg.any() else '-'}")
+  print(" ".join(out))
+  print("text:", tok.decode(orig[:n]))
+
+
+def main(argv):
+  del argv
+  config = _CONFIG.value
+  workdir = _WORKDIR.value
+  tok = input_pipeline.load_tokenizer(config.data, workdir)
+  input_pipeline.validate(config, tok)
+  print(repr(tok))
+  if _EVAL.value:
+    config.data.num_eval_batches = _NUM_BATCHES.value
+    batches = input_pipeline.create_eval_batches(config, tok, workdir)
+  else:
+    it = input_pipeline.create_train_iterator(config, tok, workdir)
+    batches = [next(it) for _ in range(_NUM_BATCHES.value)]
+    print("data counters:", it.stats)
+  for r in range(min(_NUM_SHOW.value, batches[0]["input_ids"].shape[0])):
+    show(tok, batches[0], r)
+  if _SAVE.value:
+    arrays = {k: np.concatenate([b[k] for b in batches])
+              for k in input_pipeline.FEATURES}
+    orig = np.concatenate([original_ids(b) for b in batches])
+    arrays["word_start"] = tok.word_start[orig] & (arrays["input_mask"] > 0)
+    arrays.update(vocab_size=np.int32(tok.vocab_size),
+                  cls_token_id=np.int32(tok.cls_id),
+                  sep_token_id=np.int32(tok.sep_id),
+                  mask_token_id=np.int32(tok.mask_id),
+                  pad_token_id=np.int32(tok.pad_id))
+    np.savez(_SAVE.value, **arrays)
+    print(f"Saved {len(batches)} batches to {_SAVE.value}: "
+          f"{sorted(arrays)}")
+
+
+if __name__ == "__main__":
+  flags.mark_flag_as_required("config")
+  app.run(main)
