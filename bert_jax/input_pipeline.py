@@ -256,21 +256,22 @@ def validate(config: ml_collections.ConfigDict,
     raise ValueError(f"train.batch_size={config.train.batch_size} must be >= 1.")
   if data.block_lines < 2:
     raise ValueError(f"data.block_lines={data.block_lines} must be >= 2.")
-  if not _uses_demo(data):
-    for field in ("sources", "train_files", "eval_sources", "eval_files"):
-      spec = data.get(field, "")
-      if not spec:
-        continue
-      srcs = (data_sources.parse_sources(spec, f"data.{field}")
-              if field.endswith("sources") else
-              [data_sources.Source(data_sources.TEXT, spec)])
-      for s in srcs:
-        if s.kind == data_sources.TEXT:
-          data_sources.resolve_text_files(s, f"data.{field}")
-        else:
-          data_sources.tfds_builder(s, data.get("tfds_data_dir", ""))
-      if field == "sources":
-        break  # train_files is ignored when sources is set
+  # The corpus: sources wins over train_files, eval_sources over eval_files.
+  fields = [f for pair in (("sources", "train_files"),
+                           ("eval_sources", "eval_files"))
+            for f in pair[:1 if data.get(pair[0], "") else 2]]
+  for field in fields:
+    spec = data.get(field, "")
+    if not spec:
+      continue
+    srcs = (data_sources.parse_sources(spec, f"data.{field}")
+            if field.endswith("sources") else
+            [data_sources.Source(data_sources.TEXT, spec)])
+    for s in srcs:
+      if s.kind == data_sources.TEXT:
+        data_sources.resolve_text_files(s, f"data.{field}")
+      else:
+        data_sources.tfds_builder(s, data.get("tfds_data_dir", ""))
 
 
 # -----------------------------------------------------------------------------

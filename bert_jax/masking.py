@@ -58,7 +58,7 @@ class Masker:
     """Returns input_ids (masked), masked_lm_positions/ids/weights."""
     ids = tf.convert_to_tensor(input_ids, tf.int32)
     shape = tf.shape(ids)
-    b, t = shape[0], shape[1]
+    t = shape[1]
     p = self.max_predictions
     seeds = tf.random.experimental.stateless_split(
         tf.cast(seed, tf.int64), num=4)
@@ -90,10 +90,10 @@ class Masker:
     new_ids = tf.where(to_mask, self.mask_id, tf.where(to_random, rand_ids, ids))
 
     # Positions sorted ascending, padded to P.
-    cand = tf.where(selected, tf.range(t)[None, :], t)
-    cand = tf.sort(cand, axis=1)
-    cand = tf.pad(cand, [[0, 0], [0, tf.maximum(0, p - t)]], constant_values=t)
-    cand = cand[:, :p]
+    # The P smallest selected positions, ascending (top-k of -position).
+    neg = tf.where(selected, -tf.range(t)[None, :], -t)
+    neg = tf.pad(neg, [[0, 0], [0, tf.maximum(0, p - t)]], constant_values=-t)
+    cand = -tf.math.top_k(neg, k=p, sorted=True).values
     real = cand < t
     positions = tf.where(real, cand, 0)
     masked_ids = tf.where(real, tf.gather(ids, positions, batch_dims=1), 0)

@@ -18,6 +18,7 @@ def get_config():
   config.model.vocab_size = 4000
   config.model.max_position_embeddings = 128
   config.model.dtype = "bfloat16"
+  config.data.tokenizer_vocab_size = 4000
   config.data.seq_length = 128
   config.data.max_predictions_per_seq = 20
   config.train.num_steps = 400

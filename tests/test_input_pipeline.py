@@ -319,6 +319,9 @@ def test_validate_messages(uniq):
   c.model.vocab_size = 1000
   with pytest.raises(ValueError, match=r"model.vocab_size=1000"):
     ip.validate(c, tok)
+  c = make_config(uniq["glob"], tok.path, eval_files="/nonexistent/ev-*.txt")
+  with pytest.raises(ValueError, match=r"data.eval_files.*ev-\*"):
+    ip.validate(c, tok)
   c = make_config(uniq["glob"], tok.path, seq_length=1024)
   with pytest.raises(ValueError, match=r"seq_length=1024.*max_position_embeddings=512"):
     ip.validate(c, tok)
@@ -454,3 +457,31 @@ def test_chunking_matches_sequential_greedy():
       if cur >= targets[start] or i == doc_last[i]:
         cur = 0
     np.testing.assert_array_equal(got, want)
+
+
+def test_inspect_data_tool_saves_npz(uniq, tmp_path):
+  import subprocess
+  import sys
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  out = str(tmp_path / "b.npz")
+  env = dict(os.environ, PYTHONPATH=root, TF_CPP_MIN_LOG_LEVEL="2",
+             JAX_PLATFORMS="cpu")
+  r = subprocess.run(
+      [sys.executable, os.path.join(root, "tools", "inspect_data.py"),
+       f"--config={os.path.join(root, 'bert_jax', 'config_lib.py')}:tiny",
+       f"--config.data.train_files={uniq['glob']}",
+       "--config.data.tokenizer_type=wordpiece",
+       f"--config.data.tokenizer_path={uniq['tok'].path}",
+       "--config.model.vocab_size=60000", "--config.data.seq_length=32",
+       "--config.data.max_predictions_per_seq=6",
+       "--config.data.shuffle_buffer=16", "--config.train.batch_size=4",
+       f"--workdir={tmp_path}", "--num_batches=2", f"--save={out}"],
+      capture_output=True, text=True, timeout=300, cwd=root, env=env)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "[MASK:" in r.stdout
+  d = np.load(out)
+  assert d["input_ids"].shape == (8, 32) and d["word_start"].dtype == bool
+  assert int(d["mask_token_id"]) == uniq["tok"].mask_id
+  assert int(d["vocab_size"]) == uniq["tok"].vocab_size
+  for k in ip.FEATURES:
+    assert k in d

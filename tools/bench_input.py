@@ -32,7 +32,6 @@ from bert_jax import config_lib
 from bert_jax import demo_corpus
 from bert_jax import input_pipeline as ip
 from bert_jax import masking
-from bert_jax import tokenizers
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.")
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/bench_input", "Workdir.")
