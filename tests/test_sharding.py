@@ -314,6 +314,26 @@ def test_validate_config_rejects_batch_not_divisible_by_dp_times_accum():
     train.validate_config(config, 8)
 
 
+def test_tpu_compile_check_table_format():
+  """The tool's table (the TPU compile itself needs libtpu: not in CI)."""
+  import importlib.util
+  spec = importlib.util.spec_from_file_location(
+      "tpu_compile_check", os.path.join(REPO, "tools", "tpu_compile_check.py"))
+  tool = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(tool)
+  assert tool.mesh_overrides("fsdp") == dict(data=1, fsdp=-1, tensor=1)
+  assert tool.mesh_overrides("tp4") == dict(data=-1, fsdp=1, tensor=4)
+  assert tool.mesh_overrides("2.2.1") == dict(data=2, fsdp=2, tensor=1)
+  row = dict(zip(tool.COLUMNS, ["base", "v5e:2x2", "data=1 x fsdp=4 x "
+                                "tensor=1", 4, 316.9, 1260.6, 0.2514, 321.4,
+                                2512.25, 317.0, 41.2]))
+  table = tool.format_table([row, dict(row, config="large")]).splitlines()
+  assert len(table) == 4 and table[0].startswith("| config")
+  assert set(table[1]) <= set("|-:")
+  assert "| base " in table[2] and "0.251" in table[2] and "2,512.2" in table[2]
+  assert len({len(line) for line in table}) == 1  # Columns line up.
+
+
 if __name__ == "__main__":
   if sys.argv[1] == "child":
     child_main(sys.argv[2])

@@ -24,11 +24,6 @@ import os
 import sys
 import time
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")  # Run the host side on CPU.
-# Without these libtpu looks for TPU metadata on a GCE VM and complains.
-os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-4")
-os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 MB = 2 ** 20
@@ -139,6 +134,12 @@ def main(argv=None) -> int:
                       help="Global batch (default: the config's).")
   parser.add_argument("--seq_length", type=int, default=None)
   args = parser.parse_args(argv)
+  # Before jax is imported: host side on CPU; without the TPU_* variables
+  # libtpu looks for TPU metadata of a GCE VM and complains.
+  os.environ.setdefault("JAX_PLATFORMS", "cpu")
+  os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-4")
+  os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   try:
     import libtpu  # noqa: F401
   except ImportError:
