@@ -172,15 +172,26 @@ def _all_finite(x) -> bool:
   return bool(np.isfinite(np.asarray(x)).all())
 
 
+@jax.jit
+def _device_finite(leaves):
+  return jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])
+
+
 def nonfinite_paths(tree) -> list[str]:
   """Paths of floating-point leaves holding NaN or Inf, on any process.
 
-  Runs on the host over each process's own shards (a checkpoint save copies
-  them off the devices anyway), so it compiles nothing.
+  On CPU it runs on the host over each process's own shards (compiling
+  nothing); on accelerators, one jitted reduction per leaf on device.
   """
   flat = {p: x for p, x in _flat(tree).items()
           if jnp.issubdtype(getattr(x, "dtype", np.float32), jnp.inexact)}
-  ok = np.asarray([_all_finite(x) for x in flat.values()], np.int32)
+  leaves = list(flat.values())
+  if leaves and all(isinstance(x, jax.Array) for x in leaves) and (
+      jax.default_backend() != "cpu"):
+    # On accelerators: reduce on device, fetch one flag per leaf.
+    ok = np.asarray(jax.device_get(_device_finite(leaves)), np.int32)
+  else:
+    ok = np.asarray([_all_finite(x) for x in leaves], np.int32)
   if jax.process_count() > 1 and ok.size:
     from jax.experimental import multihost_utils
     ok = np.asarray(multihost_utils.process_allgather(ok)).reshape(
@@ -201,21 +212,19 @@ def _abs(path: str) -> str:
   return path.rstrip("/") if "://" in path else os.path.abspath(path)
 
 
-def _options(ckpt_config, read_only: bool = False):
-  max_to_keep = ckpt_config.get("max_to_keep", 3) if ckpt_config else None
-  keep_period = (ckpt_config.get("keep_period", 0) or 0) if ckpt_config else 0
-  policies = [ocp.checkpoint_managers.LatestN(n=max_to_keep or None)]
+def _options(ckpt_config):
+  keep_period = int(ckpt_config.get("keep_period", 0) or 0)
+  policies = [ocp.checkpoint_managers.LatestN(
+      n=ckpt_config.get("max_to_keep", 3) or None)]
   if keep_period > 0:
-    policies.append(ocp.checkpoint_managers.EveryNSteps(int(keep_period)))
+    policies.append(ocp.checkpoint_managers.EveryNSteps(keep_period))
   return ocp.CheckpointManagerOptions(
       preservation_policy=ocp.checkpoint_managers.AnyPreservationPolicy(
           policies),
-      enable_async_checkpointing=(
-          bool(ckpt_config.get("async_save", True)) if ckpt_config else False),
-      create=not read_only,
-      read_only=read_only,
+      enable_async_checkpointing=bool(ckpt_config.get("async_save", True)),
+      create=True,
       # Half-written saves of a killed run must not linger or block saves.
-      cleanup_tmp_directories=not read_only,
+      cleanup_tmp_directories=True,
   )
 
 

@@ -9,6 +9,7 @@ import glob
 import json
 import logging
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -413,12 +414,24 @@ _SHARED_SCRIPT = textwrap.dedent("""
     port, pid, workdir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     jax.distributed.initialize(f"127.0.0.1:{{port}}", num_processes=2,
                                process_id=pid)
-    from bert_jax import checkpointing
+    from bert_jax import checkpointing, preemption
     try:
       checkpointing.check_workdir_shared(workdir)
       print("SHARED")
     except ValueError as e:
       print("REFUSED", e)
+      sys.exit(0)
+    # Preemption with several processes: SIGTERM reaches process 1 only; the
+    # JAX sync point makes every process stop at the same step.
+    import os, signal, time
+    watcher = preemption.PreemptionWatcher()
+    for step in range(1, 3000):
+      if pid == 1 and step == 20:
+        os.kill(os.getpid(), signal.SIGTERM)
+      if watcher.reached(step):
+        print("SYNC", step)
+        break
+      time.sleep(0.005)
 """)
 
 
@@ -445,7 +458,7 @@ def _outputs(procs):
   return [out for out, _ in outs]
 
 
-def test_workdir_not_reachable_from_all_processes_is_refused(tmp_path):
+def test_multiprocess_workdir_check_and_preemption_sync(tmp_path):
   # Each process gets its own directory: what a local path on each host of
   # a multi-host slice is. And, as a control, one directory both see.
   separate = _start_pair([tmp_path / "host0", tmp_path / "host1"])
@@ -454,3 +467,7 @@ def test_workdir_not_reachable_from_all_processes_is_refused(tmp_path):
     assert "REFUSED" in out and "process(es) [1] of 2 cannot see" in out, out
   outs = _outputs(shared)
   assert all("SHARED" in out for out in outs), outs
+  # And multi-host preemption: both processes agree on the step to save.
+  sync = [re.findall(r"SYNC (\d+)", out) for out in outs]
+  assert sync[0] == sync[1] and len(sync[0]) == 1, outs
+  assert int(sync[0][0]) >= 20
