@@ -7,6 +7,12 @@ import sys
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# One persistent XLA compilation cache for the whole suite (this process and
+# every `python -m bert_jax.main` child): identical programs compile once.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(
+    __import__("tempfile").gettempdir(), "bert_jax_test_xla_cache"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import pytest  # noqa: E402
 
@@ -26,6 +32,8 @@ TINY_OVERRIDES = (
     "--config.train.batch_size=16",
     "--config.train.learning_rate=2e-3",
     "--config.train.warmup_steps=5",
+    # A fixed MFU peak skips the startup matmul probe (seconds per run).
+    "--config.train.peak_tflops=1.0",
 )
 
 
