@@ -38,7 +38,7 @@ def model_config(size: str = "base") -> ml_collections.ConfigDict:
       layer_norm_eps=1e-12,
       # Compute dtype of activations and matmul inputs; params stay float32.
       dtype="float32",
-      # Speed options (docs/performance.md has their measured effect).
+      # Speed options (README "Performance" has their measured effect).
       # "xla": explicit softmax attention (supports attention dropout);
       # "dot_product_attention": jax.nn.dot_product_attention, cuDNN flash
       # attention on GPU in bf16/fp16, XLA elsewhere ("cudnn" forces it).
