@@ -193,8 +193,10 @@ class SelfAttention(nnx.Module):
       return jax.nn.dot_product_attention(
           q, k, v, query_seq_lengths=lengths, key_value_seq_lengths=lengths,
           implementation="cudnn")
-    return jax.nn.dot_product_attention(
-        q, k, v, bias=mask_bias.astype(q.dtype), implementation="xla")
+    # -1e9 overflows to -inf in float16: clamp to a finite value of q.dtype.
+    bias = jnp.maximum(mask_bias, jnp.finfo(q.dtype).min / 2).astype(q.dtype)
+    return jax.nn.dot_product_attention(q, k, v, bias=bias,
+                                        implementation="xla")
 
   def _output(self, ctx, x, deterministic, rngs):
     out = self.output_dropout(self.output(ctx), deterministic=deterministic,

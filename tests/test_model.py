@@ -134,3 +134,13 @@ def test_bad_model_config_names_the_field(field, value, message):
   config = tiny_config(**{field: value})
   with pytest.raises(ValueError, match=message):
     model_lib.BertForPreTraining(config, rngs=nnx.Rngs(0))
+
+
+def test_fused_attention_mask_is_finite_in_float16():
+  """-1e9 is -inf in float16; the fused path must clamp it (no NaN rows)."""
+  config = tiny_config(dtype="float16", attention_impl="dot_product_attention")
+  model = model_lib.BertForPreTraining(config, rngs=nnx.Rngs(0))
+  ids, _, seg = _inputs()
+  out = model(ids, jnp.zeros_like(ids), seg)
+  for k in ("sequence_output", "pooled_output", "mlm_logits", "nsp_logits"):
+    assert bool(jnp.all(jnp.isfinite(out[k].astype(jnp.float32)))), k
