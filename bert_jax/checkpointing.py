@@ -544,12 +544,6 @@ def read_meta(workdir: str, step: int) -> dict:
                                  "metadata"))
 
 
-def describe_mismatch(abstract_state, error: Exception) -> str:
-  """Kept for callers of the old API: the error text is already complete."""
-  del abstract_state
-  return str(error)
-
-
 # ------------------------------------------------------------------------------
 # Multi-process: the workdir must be one storage every process sees.
 # ------------------------------------------------------------------------------

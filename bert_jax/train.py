@@ -508,7 +508,7 @@ class Trainer:
         now = time.time()
         tps = tokens_per_step * (done - step_last) / max(now - t_last, 1e-9)
         t_last, step_last = now, done
-        self._check_finite(state, metrics, done)
+        self._nonfinite.flush()  # Apply train.nonfinite_policy so far.
         metrics = {k: float(v) for k, v in metrics.items() if k != "finite"}
         metrics["tokens_per_sec"] = tps
         metrics["tflops_per_device"], metrics["mfu"] = flops_lib.mfu(
@@ -555,12 +555,6 @@ class Trainer:
     writer.close()
     self.final_state = state
     return last_metrics
-
-  def _check_finite(self, state, metrics, step):
-    """Apply train.nonfinite_policy to every step up to `step` (raises
-    FloatingPointError naming the step when the run must stop)."""
-    del state, metrics, step
-    self._nonfinite.flush()
 
   def shutdown(self):
     """Commit in-flight async saves and restore signal handlers. Runs at the
