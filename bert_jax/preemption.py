@@ -71,6 +71,8 @@ class PreemptionWatcher:
 class NonFiniteMonitor:
   """Applies train.nonfinite_policy to the per-step `finite` flags."""
 
+  LAG = 32  # Steps a flag may wait unread between flushes.
+
   def __init__(self, policy: str = "skip", max_in_a_row: int = 10,
                in_a_row: int = 0, total: int = 0):
     if policy not in POLICIES:
@@ -86,10 +88,18 @@ class NonFiniteMonitor:
     self._pending: list[tuple[int, jax.Array]] = []
 
   def observe(self, step: int, finite) -> None:
-    """Record step `step`'s flag; check the flags of earlier steps."""
+    """Record step `step`'s flag without reading it.
+
+    Reading a flag waits for its step, which would stall the device queue
+    every step. The trainer flushes at log and save steps (it syncs there
+    anyway); in between, only flags `LAG` steps old are read, so a long
+    log interval still stops a diverged run within ~2 * LAG steps. Updates
+    of non-finite steps are dropped in-graph, so reading late is safe.
+    """
     self._pending.append((step, finite))
-    if len(self._pending) > 1:
-      ready, self._pending = self._pending[:-1], self._pending[-1:]
+    if len(self._pending) > 2 * self.LAG:
+      ready, self._pending = (self._pending[:-self.LAG],
+                              self._pending[-self.LAG:])
       self._check(ready)
 
   def flush(self) -> None:
@@ -98,8 +108,9 @@ class NonFiniteMonitor:
     self._check(ready)
 
   def _check(self, items) -> None:
-    for step, finite in items:
-      if bool(jax.device_get(finite)):
+    flags = jax.device_get([finite for _, finite in items])  # One transfer.
+    for (step, _), finite in zip(items, flags):
+      if bool(finite):
         self.in_a_row = 0
         continue
       self.total += 1

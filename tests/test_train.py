@@ -76,3 +76,55 @@ def test_batch_not_divisible_by_data_parallel_size_names_both():
   with pytest.raises(ValueError, match=r"train.batch_size=12 .*mesh.data\*"
                      r"mesh.fsdp=8"):
     train.validate_config(config, num_devices=8)
+
+
+def test_loop_reads_device_only_at_log_steps_and_compiles_once(
+    tmp_path, monkeypatch):
+  """Between log/eval/save steps the loop only enqueues work: no device->host
+  read (which would stall the device queue) and no recompilation, on real
+  pipeline batches with varied masks and lengths."""
+  config = tiny_config()
+  config.train.num_steps = 12
+  config.train.log_every = 6
+  config.train.eval_every = 12
+  config.checkpoint.save_every_steps = 12
+  os.makedirs(tmp_path, exist_ok=True)
+  trainer = train.Trainer(config, str(tmp_path))
+  events = []
+  step_fn = trainer.train_step
+
+  def counted_step(state, batch):
+    events.append("step")
+    return step_fn(state, batch)
+
+  real_get = jax.device_get
+
+  def counted_get(x):
+    events.append("get")
+    return real_get(x)
+
+  def listener(event, *args, **kwargs):
+    if event == "/jax/compilation_cache/compile_requests_use_cache":
+      events.append("compile")
+
+  trainer.train_step = counted_step
+  monkeypatch.setattr(jax, "device_get", counted_get)
+  jax.monitoring.register_event_listener(listener)
+  try:
+    trainer.run()
+  finally:
+    jax.monitoring.unregister_event_listener(listener)
+    trainer.shutdown()
+  # What happened after each train step, until the next one.
+  after, step = {}, 0
+  for e in events:
+    if e == "step":
+      step += 1
+      after[step] = []
+    elif step:
+      after[step].append(e)
+  assert step == 12
+  quiet = [s for s in range(1, 13) if s not in (6, 12)]
+  assert all(after[s] == [] for s in quiet), after
+  assert "get" in after[6]  # The log step does read (metrics, flags).
+  assert "compile" not in after[6] and "compile" not in after[1]
