@@ -114,9 +114,14 @@ class Embeddings(nnx.Module):
 
   def __call__(self, input_ids, segment_ids, *, deterministic, rngs):
     seq_len = input_ids.shape[-1]
-    x = jnp.take(self.word_embeddings[...], input_ids, axis=0)
+    # Gather the fsdp-split embed dim first: a lookup in a table split on
+    # its output dim makes XLA replicate the whole result ("involuntary full
+    # rematerialization") to reach the batch-split activation layout.
+    table = logical.constrain(self.word_embeddings[...], ("vocab", None))
+    x = jnp.take(table, input_ids, axis=0)
     x = x + self.position_embeddings[...][:seq_len][None]
-    x = x + jnp.take(self.token_type_embeddings[...], segment_ids, axis=0)
+    types = logical.constrain(self.token_type_embeddings[...], ("type", None))
+    x = x + jnp.take(types, segment_ids, axis=0)
     x = logical.constrain(x, ("activation_batch", "activation_length",
                               "activation_embed"))
     x = self.layer_norm(x)

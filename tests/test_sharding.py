@@ -184,9 +184,13 @@ def run_child(args: list[str], devices: int = 8, timeout: int = 600,
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   path = str(tmp_path_factory.mktemp("sharding") / "runs.npz")
-  run_child(["child", path])
+  # XLA warnings on (level 1) and no compilation cache (a cached program is
+  # not partitioned again, so it would not warn): the rematerialization
+  # check reads them.
+  proc = run_child(["child", path], extra_env={"TF_CPP_MIN_LOG_LEVEL": "1",
+                                               "JAX_COMPILATION_CACHE_DIR": ""})
   data = np.load(path)
-  return {k: data[k] for k in data.files}
+  return dict({k: data[k] for k in data.files}, stderr=proc.stderr)
 
 
 def _prefixed(runs, name, prefix):
@@ -214,6 +218,13 @@ def test_mesh_matches_single_device(runs, name):
                               _prefixed(runs, "single", "params/"))
   assert diff <= TOL, (f"{name}: parameter {where} after {STEPS} steps "
                        f"differs by {diff:.2e}")
+
+
+def test_no_mesh_makes_xla_replicate_a_sharded_tensor(runs):
+  """XLA warns when a layout change can only be done by replicating the
+  whole tensor (it did for the embedding lookups on data x fsdp x tensor)."""
+  assert "Involuntary full rematerialization" not in runs["stderr"], (
+      runs["stderr"][-3000:])
 
 
 def test_training_moves_the_parameters(runs):
