@@ -335,6 +335,8 @@ def test_tpu_compile_check_table_format():
   assert tool.mesh_overrides("fsdp") == dict(data=1, fsdp=-1, tensor=1)
   assert tool.mesh_overrides("tp4") == dict(data=-1, fsdp=1, tensor=4)
   assert tool.mesh_overrides("2.2.1") == dict(data=2, fsdp=2, tensor=1)
+  assert tool.topology_options("v4:2x2x1") == dict(chip_config_name="megacore")
+  assert tool.topology_options("v5e:2x2") == {}
   row = dict(zip(tool.COLUMNS, ["base", "v5e:2x2", "data=1 x fsdp=4 x "
                                 "tensor=1", 4, 316.9, 1260.6, 0.2514, 321.4,
                                 2512.25, 317.0, 41.2]))

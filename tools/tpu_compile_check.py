@@ -58,10 +58,26 @@ def state_bytes(abstract_state) -> tuple[int, int]:
   return per_device, total
 
 
+# Chips with two TensorCores that JAX drives as one device ("megacore"), as
+# on a real Cloud TPU VM; the topology default is one device per core, which
+# jax.make_mesh rejects for these generations.
+MEGACORE = ("v4", "v5p")
+
+
+def topology_options(topology: str) -> dict:
+  generation = topology.split(":")[0]
+  return dict(chip_config_name="megacore") if generation in MEGACORE else {}
+
+
+def topology_devices(topology: str) -> list:
+  from jax.experimental import topologies
+  return topologies.get_topology_desc(
+      topology_name=topology, platform="tpu",
+      **topology_options(topology)).devices
+
+
 def check(config_path: str, topology: str, mesh_name: str,
           batch_size: int | None, seq_length: int | None) -> dict:
-  import jax
-  from jax.experimental import topologies
   from ml_collections import config_flags  # noqa: F401 (registers loader)
   from bert_jax import sharding
   from bert_jax import train
@@ -72,8 +88,7 @@ def check(config_path: str, topology: str, mesh_name: str,
     config.train.batch_size = batch_size
   if seq_length:
     config.data.seq_length = seq_length
-  devices = topologies.get_topology_desc(topology_name=topology,
-                                         platform="tpu").devices
+  devices = topology_devices(topology)
   train.validate_config(config, len(devices))
   mesh = sharding.make_mesh(config.mesh, devices)
   programs = train.Programs(config, mesh)
