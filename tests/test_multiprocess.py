@@ -17,46 +17,27 @@ import socket
 import subprocess
 import sys
 
-import ml_collections
 import numpy as np
 import pytest
+
+from tests.sharded_fixtures import BATCH
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOL = 1e-5
 STEPS = 3
-BATCH = 16
 
 
-def tiny_config(**mesh) -> ml_collections.ConfigDict:
-  from bert_jax import config_lib
-  c = config_lib.get_config("tiny")
-  c.model.update(vocab_size=256, hidden_size=64, num_hidden_layers=2,
-                 num_attention_heads=4, intermediate_size=256,
-                 max_position_embeddings=64, hidden_dropout_prob=0.0,
-                 attention_probs_dropout_prob=0.0)
-  c.data.seq_length = 32
-  c.data.max_predictions_per_seq = 5
-  c.train.update(batch_size=BATCH, num_steps=STEPS, warmup_steps=1,
-                 learning_rate=1e-3)
+def tiny_config(**mesh):
+  from tests import sharded_fixtures
+  c = sharded_fixtures.tiny_config(num_steps=STEPS)
   c.checkpoint.update(save_every_steps=STEPS, max_to_keep=1)
   c.mesh.update(mesh)
   return c
 
 
-def synthetic_batch(step: int, batch=BATCH, seq=32, preds=5, vocab=256):
-  r = np.random.RandomState(2000 + step)
-  lengths = r.randint(seq // 2, seq + 1, size=batch)
-  mask = (np.arange(seq)[None] < lengths[:, None]).astype(np.int32)
-  return dict(
-      input_ids=(r.randint(5, vocab, (batch, seq)) * mask).astype(np.int32),
-      input_mask=mask,
-      segment_ids=((np.arange(seq)[None] >= lengths[:, None] // 2) * mask
-                   ).astype(np.int32),
-      masked_lm_positions=r.randint(1, seq // 2, (batch, preds)).astype(
-          np.int32),
-      masked_lm_ids=r.randint(5, vocab, (batch, preds)).astype(np.int32),
-      masked_lm_weights=(r.rand(batch, preds) > 0.3).astype(np.float32),
-      next_sentence_labels=r.randint(0, 2, (batch,)).astype(np.int32))
+def synthetic_batch(step: int) -> dict:
+  from tests import sharded_fixtures
+  return sharded_fixtures.synthetic_batch(step, seed=2000)
 
 
 def local_rows(batch_sharding, global_batch_size: int) -> np.ndarray:
