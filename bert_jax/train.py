@@ -339,19 +339,23 @@ class MetricsWriter:
         tb.close()
 
 
-def unigram_baseline(batches) -> float:
+def unigram_baseline(batches, vocab_size: int) -> float:
   """Held-out MLM accuracy of always predicting the most frequent target.
 
   The most frequent token is taken from the held-out targets themselves, so
-  this is the best any context-free constant predictor can score.
+  this is the best any context-free constant predictor can score. Counted
+  over every process's eval rows, like the eval metrics it is shown next to.
   """
-  counts: dict[int, float] = {}
+  counts = np.zeros(vocab_size, np.float64)
   for b in batches:
-    for i, w in zip(b["masked_lm_ids"].ravel(), b["masked_lm_weights"].ravel()):
-      if w > 0:
-        counts[int(i)] = counts.get(int(i), 0.0) + float(w)
-  total = sum(counts.values())
-  return max(counts.values()) / total if total else 0.0
+    np.add.at(counts, np.asarray(b["masked_lm_ids"]).ravel(),
+              np.asarray(b["masked_lm_weights"], np.float64).ravel())
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    counts = np.asarray(multihost_utils.process_allgather(
+        counts.astype(np.float32))).reshape(-1, vocab_size).sum(0)
+  total = counts.sum()
+  return float(counts.max() / total) if total else 0.0
 
 
 def format_duration(seconds: float) -> str:
@@ -389,7 +393,8 @@ class Trainer:
     self.eval_batches = input_pipeline.create_eval_batches(
         config, self.tokenizer, workdir, **proc)
     self.batch_sharding = sharding.batch_sharding(self.mesh)
-    self.unigram_accuracy = unigram_baseline(self.eval_batches)
+    self.unigram_accuracy = unigram_baseline(self.eval_batches,
+                                             config.model.vocab_size)
 
     # ---- Model, state shardings and compiled steps (ahead of time).
     self.programs = Programs(config, self.mesh)

@@ -128,3 +128,13 @@ def test_loop_reads_device_only_at_log_steps_and_compiles_once(
   assert all(after[s] == [] for s in quiet), after
   assert "get" in after[6]  # The log step does read (metrics, flags).
   assert "compile" not in after[6] and "compile" not in after[1]
+
+
+def test_unigram_baseline_is_the_most_frequent_targets_share():
+  batches = [dict(masked_lm_ids=np.array([[7, 7, 3], [3, 7, 0]]),
+                  masked_lm_weights=np.array([[1., 1., 1.], [1., 1., 0.]])),
+             dict(masked_lm_ids=np.array([[3, 3, 0]]),
+                  masked_lm_weights=np.array([[1., 1., 0.]]))]
+  # Targets (weight > 0): 7 x3, 3 x4 -> 4/7; the padded slots do not count.
+  assert train.unigram_baseline(batches, 16) == pytest.approx(4 / 7)
+  assert train.unigram_baseline([], 16) == 0.0
