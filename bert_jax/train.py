@@ -308,18 +308,23 @@ class Programs:
 # Logging: absl lines, metrics.jsonl and TensorBoard.
 # ==============================================================================
 class MetricsWriter:
-  """One JSON object per logged step in metrics.jsonl, plus TensorBoard."""
+  """One JSON object per logged step in metrics.jsonl, plus TensorBoard.
+
+  The workdir may be any tf.io.gfile path (local or gs://): metrics.jsonl
+  is appended through tf.io.gfile. TensorBoard events go through
+  tensorboardX, which writes local paths and gs:// (with the
+  google-cloud-storage package); elsewhere they are skipped with a warning.
+  """
 
   def __init__(self, workdir: str, enabled: bool):
     self.enabled = enabled
-    self._tb = None
+    self._tb = {}
     if not enabled:
       return
-    self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a")
-    import tensorboardX  # Event files without importing TensorFlow.
-    self._tb = {split: tensorboardX.SummaryWriter(
-        os.path.join(workdir, "tensorboard", split)) for split in
-                ("train", "eval")}
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    self._jsonl = tf.io.gfile.GFile(os.path.join(workdir, "metrics.jsonl"),
+                                    "a")
+    self._tb = _tensorboard_writers(workdir)
 
   def write(self, step: int, split: str, metrics: dict):
     if not self.enabled:
@@ -328,15 +333,34 @@ class MetricsWriter:
     record.update({k: float(v) for k, v in metrics.items()})
     self._jsonl.write(json.dumps(record) + "\n")
     self._jsonl.flush()
-    for k, v in metrics.items():
-      self._tb[split].add_scalar(k, float(v), int(step))
-    self._tb[split].flush()
+    if split in self._tb:
+      for k, v in metrics.items():
+        self._tb[split].add_scalar(k, float(v), int(step))
+      self._tb[split].flush()
 
   def close(self):
     if self.enabled:
       self._jsonl.close()
       for tb in self._tb.values():
         tb.close()
+
+
+def _tensorboard_writers(workdir: str) -> dict:
+  """{split: tensorboardX.SummaryWriter}, or {} where it cannot write."""
+  import tensorboardX  # Event files without importing TensorFlow.
+  scheme = workdir.split("://")[0] if "://" in workdir else ""
+  if scheme not in ("", "gs", "s3"):
+    logging.warning("TensorBoard events are not written to %s:// workdirs "
+                    "(metrics.jsonl is).", scheme)
+    return {}
+  try:
+    return {split: tensorboardX.SummaryWriter(
+        os.path.join(workdir, "tensorboard", split))
+            for split in ("train", "eval")}
+  except Exception as e:  # pylint: disable=broad-except
+    logging.warning("TensorBoard events are not written (%s); for gs:// "
+                    "install google-cloud-storage. metrics.jsonl is.", e)
+    return {}
 
 
 def unigram_baseline(batches, vocab_size: int) -> float:
@@ -574,7 +598,8 @@ class Trainer:
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Train per `config` in `workdir`, resuming from its latest checkpoint."""
   validate_config(config, jax.device_count())  # Before touching the workdir.
-  os.makedirs(workdir, exist_ok=True)
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf.io.gfile.makedirs(workdir)  # Local or gs://.
   checkpointing.check_workdir_shared(workdir)  # Multi-host: one storage.
   trainer = Trainer(config, workdir)
   try:

@@ -138,3 +138,25 @@ def test_unigram_baseline_is_the_most_frequent_targets_share():
   # Targets (weight > 0): 7 x3, 3 x4 -> 4/7; the padded slots do not count.
   assert train.unigram_baseline(batches, 16) == pytest.approx(4 / 7)
   assert train.unigram_baseline([], 16) == 0.0
+
+
+def test_metrics_writer_appends_through_gfile_urls(tmp_path, monkeypatch):
+  """A URL workdir (ram:// here, gs:// on Cloud TPU) gets metrics.jsonl via
+  tf.io.gfile, appended across restarts, and nothing written locally."""
+  import tensorflow as tf
+  monkeypatch.chdir(tmp_path)  # A URL treated as a local path would land here.
+  workdir = "ram://bert_jax_test/run"
+  tf.io.gfile.makedirs(workdir)
+  first = train.MetricsWriter(workdir, enabled=True)
+  first.write(1, "train", {"loss": 2.5})
+  first.write(2, "train", {"loss": 2.25})
+  first.close()
+  resumed = train.MetricsWriter(workdir, enabled=True)
+  resumed.write(3, "eval", {"mlm_accuracy": 0.5})
+  resumed.close()
+  with tf.io.gfile.GFile(workdir + "/metrics.jsonl") as f:
+    rows = [json.loads(line) for line in f]
+  assert [(r["step"], r["split"]) for r in rows] == [
+      (1, "train"), (2, "train"), (3, "eval")]
+  assert rows[1]["loss"] == 2.25
+  assert os.listdir(tmp_path) == []
