@@ -109,13 +109,8 @@ def _env(local_devices: int) -> dict:
   return env
 
 
-def _launch(num_processes: int, workdir: str, out: str, timeout=600):
-  port = _free_port()
-  procs = [subprocess.Popen(
-      [sys.executable, os.path.abspath(__file__), "worker", str(i),
-       str(num_processes), str(port), workdir, out],
-      env=_env(8 // num_processes), cwd=REPO, stdout=subprocess.PIPE,
-      stderr=subprocess.STDOUT, text=True) for i in range(num_processes)]
+def _wait_all(procs, timeout: int) -> list[str]:
+  """Output of each process; all must exit 0 (none is left running)."""
   logs = []
   try:
     for p in procs:
@@ -126,6 +121,17 @@ def _launch(num_processes: int, workdir: str, out: str, timeout=600):
         p.kill()
   for i, p in enumerate(procs):
     assert p.returncode == 0, f"process {i} failed:\n{logs[i][-5000:]}"
+  return logs
+
+
+def _launch(num_processes: int, workdir: str, out: str, timeout=600):
+  port = _free_port()
+  procs = [subprocess.Popen(
+      [sys.executable, os.path.abspath(__file__), "worker", str(i),
+       str(num_processes), str(port), workdir, out],
+      env=_env(8 // num_processes), cwd=REPO, stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT, text=True) for i in range(num_processes)]
+  _wait_all(procs, timeout)
   results = []
   for i in range(num_processes):
     with open(f"{out}.{i}.json") as f:
@@ -186,16 +192,7 @@ def test_main_cli_trains_with_two_processes(tmp_path):
                             cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
            for i in range(2)]
-  logs = []
-  try:
-    for p in procs:
-      logs.append(p.communicate(timeout=600)[0])
-  finally:
-    for p in procs:
-      if p.poll() is None:
-        p.kill()
-  for i, p in enumerate(procs):
-    assert p.returncode == 0, f"process {i} failed:\n{logs[i][-5000:]}"
+  logs = _wait_all(procs, timeout=600)
   # Both report the same global eval (and unigram baseline) ...
   finals = [[l for l in log.splitlines() if "final held-out" in l]
             for log in logs]
