@@ -689,7 +689,7 @@ def _case_folds() -> dict[str, str]:
 
 def _wordpiece_tokenizer(vocab_path: str, lower_case: bool):
   from tokenizers import Tokenizer, decoders, models, normalizers
-  from tokenizers import pre_tokenizers, processors
+  from tokenizers import pre_tokenizers
   with open(vocab_path, encoding="utf-8") as f:
     vocab = {}
     for line in f:

@@ -49,14 +49,30 @@ def tiny_config():
   return config
 
 
+def child_env(**extra) -> dict:
+  """Environment for a `python` child: this repo importable, CPU only, quiet
+  TF, no hub downloads; `extra` on top."""
+  env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2",
+             HF_HUB_OFFLINE="1",
+             PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  env.update(extra)
+  return env
+
+
 def run_main(workdir, *flags, env=None, timeout=600):
   """Run `python -m bert_jax.main` with the tiny config; returns the result."""
   cmd = [sys.executable, "-m", "bert_jax.main", "--config",
          os.path.join(REPO, "configs", "tiny.py"), "--workdir", str(workdir),
          *TINY_OVERRIDES, *flags]
-  full_env = dict(os.environ, **(env or {}))
-  return subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True,
-                        text=True, timeout=timeout)
+  return subprocess.run(cmd, cwd=REPO, env=child_env(**(env or {})),
+                        capture_output=True, text=True, timeout=timeout)
+
+
+def run_tool(script, *args, timeout=600):
+  """Run `python tools/<script> *args` from the repo root; returns the result."""
+  return subprocess.run(
+      [sys.executable, os.path.join(REPO, "tools", script), *args], cwd=REPO,
+      env=child_env(), capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 import json
 import os
-import subprocess
 import sys
 
 import jax
@@ -15,6 +14,7 @@ from bert_jax import config_lib
 from bert_jax import model as model_lib
 from bert_jax import sharding
 from bert_jax import train
+from tests.conftest import run_tool
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tools"))
@@ -137,17 +137,13 @@ def test_train_step_compiles_once_over_varied_data():
 
 def test_benchmark_cli_json_with_pytorch_peer():
   """The documented command prints one JSON object with the ratios."""
-  env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2")
-  cmd = [sys.executable, os.path.join(REPO, "tools", "benchmark.py"),
-         "--config", os.path.join(REPO, "configs", "tiny.py"), "--steps", "2",
-         "--rounds", "1", "--json", "--compare", "--peers", "torch",
-         "--config.model.vocab_size=256", "--config.model.hidden_size=64",
-         "--config.model.num_attention_heads=4",
-         "--config.model.intermediate_size=128",
-         "--config.data.seq_length=32", "--config.train.batch_size=8",
-         "--config.data.max_predictions_per_seq=5"]
-  out = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                       timeout=600, cwd=REPO)
+  out = run_tool(
+      "benchmark.py", "--config", os.path.join(REPO, "configs", "tiny.py"),
+      "--steps", "2", "--rounds", "1", "--json", "--compare", "--peers",
+      "torch", "--config.model.vocab_size=256",
+      "--config.model.hidden_size=64", "--config.model.num_attention_heads=4",
+      "--config.model.intermediate_size=128", "--config.data.seq_length=32",
+      "--config.train.batch_size=8", "--config.data.max_predictions_per_seq=5")
   assert out.returncode == 0, out.stderr[-3000:]
   result = json.loads(out.stdout.strip().splitlines()[-1])
   assert result["tokens_per_sec"] > 0 and 0 < result["mfu"]

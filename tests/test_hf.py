@@ -17,11 +17,10 @@ import pytest
 
 from bert_jax import config_lib
 from bert_jax import hf
+from tests.conftest import child_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2",
-           HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-           PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+ENV = child_env(TRANSFORMERS_OFFLINE="1")
 
 SENTENCES = [
     "Elephants are playing in the zoo with monkeys.",

@@ -460,23 +460,19 @@ def test_chunking_matches_sequential_greedy():
 
 
 def test_inspect_data_tool_saves_npz(uniq, tmp_path):
-  import subprocess
-  import sys
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  from tests.conftest import REPO, run_tool
   out = str(tmp_path / "b.npz")
-  env = dict(os.environ, PYTHONPATH=root, TF_CPP_MIN_LOG_LEVEL="2",
-             JAX_PLATFORMS="cpu")
-  r = subprocess.run(
-      [sys.executable, os.path.join(root, "tools", "inspect_data.py"),
-       f"--config={os.path.join(root, 'bert_jax', 'config_lib.py')}:tiny",
-       f"--config.data.train_files={uniq['glob']}",
-       "--config.data.tokenizer_type=wordpiece",
-       f"--config.data.tokenizer_path={uniq['tok'].path}",
-       "--config.model.vocab_size=60000", "--config.data.seq_length=32",
-       "--config.data.max_predictions_per_seq=6",
-       "--config.data.shuffle_buffer=16", "--config.train.batch_size=4",
-       f"--workdir={tmp_path}", "--num_batches=2", f"--save={out}"],
-      capture_output=True, text=True, timeout=300, cwd=root, env=env)
+  r = run_tool(
+      "inspect_data.py",
+      f"--config={os.path.join(REPO, 'bert_jax', 'config_lib.py')}:tiny",
+      f"--config.data.train_files={uniq['glob']}",
+      "--config.data.tokenizer_type=wordpiece",
+      f"--config.data.tokenizer_path={uniq['tok'].path}",
+      "--config.model.vocab_size=60000", "--config.data.seq_length=32",
+      "--config.data.max_predictions_per_seq=6",
+      "--config.data.shuffle_buffer=16", "--config.train.batch_size=4",
+      f"--workdir={tmp_path}", "--num_batches=2", f"--save={out}",
+      timeout=300)
   assert r.returncode == 0, r.stderr[-3000:]
   assert "[MASK:" in r.stdout
   d = np.load(out)

@@ -19,7 +19,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.sharded_fixtures import BATCH, synthetic_batch, tiny_config
+from tests.sharded_fixtures import synthetic_batch, tiny_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOL = 1e-5

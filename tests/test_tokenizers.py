@@ -1,8 +1,6 @@
 """Tokenizers: training, special ids, in-graph vs Python, caching, CLI."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
@@ -11,6 +9,7 @@ from bert_jax import config_lib
 from bert_jax import demo_corpus
 from bert_jax import input_pipeline as ip
 from bert_jax import tokenizers
+from tests.conftest import run_tool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -92,15 +91,13 @@ def test_load_tokenizer_caches_by_vocab_size(corpus, tmp_path):
 def test_train_tokenizer_tool(corpus, tmp_path):
   path, _ = corpus
   out = str(tmp_path / "wp" / "vocab.txt")
-  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2",
-             JAX_PLATFORMS="cpu")
-  r = subprocess.run(
-      [sys.executable, os.path.join(ROOT, "tools", "train_tokenizer.py"),
-       f"--config={os.path.join(ROOT, 'bert_jax', 'config_lib.py')}:tiny",
-       f"--config.data.train_files={path}",
-       "--config.data.tokenizer_type=wordpiece",
-       "--config.data.tokenizer_vocab_size=300", f"--output={out}"],
-      capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+  r = run_tool(
+      "train_tokenizer.py",
+      f"--config={os.path.join(ROOT, 'bert_jax', 'config_lib.py')}:tiny",
+      f"--config.data.train_files={path}",
+      "--config.data.tokenizer_type=wordpiece",
+      "--config.data.tokenizer_vocab_size=300", f"--output={out}",
+      timeout=300)
   assert r.returncode == 0, r.stderr[-3000:]
   tok = tokenizers.load(out, tokenizers.WORDPIECE)
   assert 100 < tok.vocab_size <= 300 and not tok.missing_special_tokens

@@ -78,7 +78,6 @@ def topology_devices(topology: str) -> list:
 
 def check(config_path: str, topology: str, mesh_name: str,
           batch_size: int | None, seq_length: int | None) -> dict:
-  from ml_collections import config_flags  # noqa: F401 (registers loader)
   from bert_jax import sharding
   from bert_jax import train
 
