@@ -50,6 +50,7 @@ import tensorflow as tf
 
 from bert_jax import data_sources
 from bert_jax import demo_corpus
+from bert_jax import features
 from bert_jax import masking
 from bert_jax import tokenizers
 
@@ -61,8 +62,7 @@ except (RuntimeError, ValueError):  # already initialized
 # Autograph adds seconds of tracing per function and none of this code needs it.
 _nc = tf.autograph.experimental.do_not_convert
 NSP, SOP, PACKED = "nsp", "sop", "packed"
-FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
-            "masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
+FEATURES = features.PRETRAINING_NAMES
 # Per-block counters carried alongside examples (summed by the iterator).
 STATS = ("lines", "invalid_utf8_lines", "long_lines", "long_sentences",
          "blank_lines", "documents", "examples")

@@ -23,15 +23,13 @@ from absl import logging
 from flax import nnx
 
 from bert_jax import checkpointing
+from bert_jax import features
 from bert_jax import flops as flops_lib
 from bert_jax import model as model_lib
 from bert_jax import optim
 from bert_jax import preemption
 from bert_jax import sharding
 
-# The features every batch carries (google-research/bert names).
-FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
-            "masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
 
 
 # ==============================================================================
@@ -291,14 +289,9 @@ class Programs:
 
   def batch_spec(self, global_batch_size: int) -> dict:
     """ShapeDtypeStructs of a global batch, for ahead-of-time lowering."""
-    b = global_batch_size
-    t, p = self.config.data.seq_length, self.config.data.max_predictions_per_seq
-    shapes = dict(input_ids=((b, t), jnp.int32), input_mask=((b, t), jnp.int32),
-                  segment_ids=((b, t), jnp.int32),
-                  masked_lm_positions=((b, p), jnp.int32),
-                  masked_lm_ids=((b, p), jnp.int32),
-                  masked_lm_weights=((b, p), jnp.float32),
-                  next_sentence_labels=((b,), jnp.int32))
+    shapes = features.batch_shapes(
+        features.PRETRAINING, global_batch_size, self.config.data.seq_length,
+        self.config.data.max_predictions_per_seq)
     return {k: jax.ShapeDtypeStruct(s, d, sharding=self.batch_sharding)
             for k, (s, d) in shapes.items()}
 
