@@ -321,6 +321,29 @@ class BertForPreTraining(nnx.Module):
                 sequence_output=seq, pooled_output=pooled)
 
 
+class BertForSequenceClassification(nnx.Module):
+  """BERT with a classification / regression head on the pooled [CLS]
+  (HF ``BertForSequenceClassification``: pooler -> dropout -> linear).
+
+  `config.num_labels` outputs; 1 means regression (STS-B).
+  """
+
+  def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
+    self.bert = BertModel(config, rngs=rngs)
+    self.dropout = nnx.Dropout(config.hidden_dropout_prob)
+    self.classifier = Dense(config, config.hidden_size, config.num_labels,
+                            ("embed", "classes"), rngs=rngs)
+
+  def __call__(self, input_ids, input_mask, segment_ids, *,
+               deterministic=True, rngs=None):
+    """Returns logits [B, num_labels] in float32."""
+    _, pooled = self.bert(input_ids, input_mask, segment_ids,
+                          deterministic=deterministic, rngs=rngs)
+    pooled = self.dropout(pooled, deterministic=deterministic, rngs=rngs)
+    return (pooled @ self.classifier.kernel[...]
+            + self.classifier.bias[...]).astype(jnp.float32)
+
+
 def validate_model_config(config: ml_collections.ConfigDict) -> None:
   """Raise one clear ValueError for an inconsistent model config."""
   if config.hidden_size % config.num_attention_heads:
