@@ -65,8 +65,9 @@ def _fresh_heads(path: str) -> tuple:
     arch = " ".join(hf.read_hf_config(path).get("architectures") or [])
     has_mlm = "ForMaskedLM" in arch or "ForPreTraining" in arch or not arch
     return () if has_mlm else ("mlm_head", "nsp_head")
-  arch = hf._guess_architecture(  # pylint: disable=protected-access
-      [hf._canonical_hf_name(n) for n in names])  # pylint: disable=protected-access
+  # pylint: disable=protected-access
+  arch = hf._guess_architecture([hf._canonical_hf_name(n) for n in names])
+  # pylint: enable=protected-access
   return {"BertForPreTraining": (), "BertForMaskedLM": ("nsp_head",),
           "BertModel": ("mlm_head", "nsp_head")}[arch]
 
@@ -305,9 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"error: {e}", file=sys.stderr)
     return 1
   n_layers = int(loaded.model_config.num_hidden_layers)
+  layer = resolve_layer(args.layer, n_layers)
   print(f"Wrote {args.output}: {vectors.shape[0]} x {vectors.shape[1]} float32 "
-        f"({args.pooling} pooling, hidden state {resolve_layer(args.layer, n_layers)}"
-        f" of 0..{n_layers}).")
+        f"({args.pooling} pooling, hidden state {layer} of 0..{n_layers}).")
   if per_token is not None:
     print(f"Wrote {args.per_token}: "
           f"{sum(len(t.tokens) for t in per_token)} token vectors.")

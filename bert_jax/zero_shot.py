@@ -224,7 +224,8 @@ def examples_from_rows(rows: Iterable[Mapping[str, Any]], text_field: str,
                        text_b_field: str | None = None,
                        label_field: str | None = "label"):
   """Rows (dicts: a file's records, TFDS GLUE examples, task_data output) ->
-  (examples, bad): bad lists (row number, reason) for rows without text.
+  (examples, bad): bad lists (row number, reason) for rows whose text is
+  missing or blank.
   Bytes are decoded; a missing or empty label is None (unlabeled)."""
 
   def text_of(v):
@@ -234,9 +235,10 @@ def examples_from_rows(rows: Iterable[Mapping[str, Any]], text_field: str,
   for n, row in enumerate(rows, 1):
     text = text_of(row.get(text_field))
     text_b = text_of(row.get(text_b_field)) if text_b_field else None
-    if text is None or (text_b_field and text_b is None):
-      missing = text_field if text is None else text_b_field
-      bad.append((n, f"no {missing!r} field"))
+    missing = [f for f, v in ((text_field, text), (text_b_field, text_b))
+               if f and (v is None or not str(v).strip())]
+    if missing:
+      bad.append((n, f"no {missing[0]!r} text"))
       continue
     label = row.get(label_field) if label_field else None
     label = text_of(label)
@@ -327,16 +329,16 @@ def main(argv: list[str] | None = None) -> int:
     return 1
   if bad:
     shown = ", ".join(f"{n} ({why})" for n, why in bad[:5])
-    print(f"Skipped {len(bad)} bad rows: {shown}"
+    print(f"Skipped {len(bad)} bad row(s) (data rows, from 1): {shown}"
           + (" ..." if len(bad) > 5 else ""))
   counts = {l: result["predictions"].count(l) for l in result["labels"]}
-  print(f"Predicted: " + ", ".join(
+  print("Predicted: " + ", ".join(
       f"{l} ({verbalizer[l]}) {c}" for l, c in counts.items()))
   if result["num_truncated"]:
     print(f"Truncated {result['num_truncated']} texts to fit "
           f"max_length.")
   acc = result["accuracy"]
-  print(f"Zero-shot accuracy: "
+  print("Zero-shot accuracy: "
         + (f"{acc:.4f} ({result['num_labeled']} labeled examples)"
            if acc is not None else "n/a (no labels)"))
   return 0

@@ -1,4 +1,4 @@
-"""bert_jax.embed: the vectors Hugging Face's BertModel gives, from any layer."""
+"""bert_jax.embed: the vectors Hugging Face's BertModel gives, any layer."""
 
 import os
 import subprocess

@@ -151,10 +151,11 @@ def test_unknown_label_and_text_with_mask_are_errors(tiny):
 
 def test_rows_hook_counts_bad_rows():
   rows = [{"sentence": b"fun", "label": 1}, {"label": 0},
-          {"sentence": "bad", "label": np.int64(0)}, {"sentence": "x"}]
+          {"sentence": "bad", "label": np.int64(0)}, {"sentence": "x"},
+          {"sentence": " ", "label": "1"}]
   examples, bad = zero_shot.examples_from_rows(rows, "sentence")
   assert examples == [("fun", None, 1), ("bad", None, 0), ("x", None, None)]
-  assert bad == [(2, "no 'sentence' field")]
+  assert bad == [(2, "no 'sentence' text"), (5, "no 'sentence' text")]
 
 
 def _write(path, text):
@@ -184,7 +185,8 @@ def test_cli_prints_accuracy_of_a_tsv_and_jsonl(tiny, tmp_path, capsys):
     assert f"Zero-shot accuracy: {expected:.4f} ({len(rows)} labeled" in out
     with open(preds) as f:
       assert len(f.readlines()) == len(rows)
-  assert "Skipped 1 bad rows: 13 (no 'sentence' field)" in out
+  assert ("Skipped 1 bad row(s) (data rows, from 1): 13 (no 'sentence' "
+          "text)") in out
 
 
 @pytest.mark.parametrize("case", ["missing", "no_mask", "empty", "piece"])
