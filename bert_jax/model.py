@@ -241,6 +241,12 @@ class Layer(nnx.Module):
                                  "activation_embed"))
 
 
+def attention_bias(input_mask):
+  """[B,T] 1/0 mask -> [B,1,1,T] float32 bias added to attention scores."""
+  return jnp.where(input_mask[:, None, None, :] > 0, 0.0,
+                   MASK_BIAS).astype(jnp.float32)
+
+
 class BertModel(nnx.Module):
   """Embeddings, encoder stack and pooler (dense + tanh on [CLS])."""
 
@@ -258,8 +264,7 @@ class BertModel(nnx.Module):
     """Returns (sequence_output [B,T,d], pooled_output [B,d])."""
     x = self.embeddings(input_ids, segment_ids, deterministic=deterministic,
                         rngs=rngs)
-    mask_bias = jnp.where(input_mask[:, None, None, :] > 0, 0.0,
-                          MASK_BIAS).astype(jnp.float32)
+    mask_bias = attention_bias(input_mask)
     policy = self.remat_policy
     for layer in self.layers:
       if policy == "none":
@@ -270,6 +275,23 @@ class BertModel(nnx.Module):
             policy=REMAT_POLICIES[policy])(layer, x, mask_bias, rngs)
     pooled = jnp.tanh(self.pooler(x[:, 0]).astype(jnp.float32))
     return x, pooled
+
+  def hidden_states(self, input_ids, input_mask, segment_ids,
+                    num_layers: int | None = None) -> list:
+    """Inference only: [embeddings output, layer 1, ..., layer n] ([B,T,d]).
+
+    Indexed like Hugging Face's ``output_hidden_states`` (0 = embeddings).
+    `num_layers` stops after that many blocks, so an intermediate layer
+    costs only the blocks below it.
+    """
+    n = len(self.layers) if num_layers is None else num_layers
+    x = self.embeddings(input_ids, segment_ids, deterministic=True, rngs=None)
+    mask_bias = attention_bias(input_mask)
+    states = [x]
+    for layer in list(self.layers)[:n]:
+      x = layer(x, mask_bias, deterministic=True, rngs=None)
+      states.append(x)
+    return states
 
 
 class MaskedLMHead(nnx.Module):
