@@ -25,7 +25,6 @@ from typing import Optional, Sequence
 
 from absl import logging
 import numpy as np
-import tensorflow as tf
 
 LABEL_MAP_FILE = "label_map.json"
 ACCURACY, F1, MCC, PEARSON, SPEARMAN = (
@@ -169,6 +168,7 @@ def file_format(path: str, fmt: str = "") -> str:
 
 def _raw_records(path: str, fmt: str, fields: Sequence[str], bad):
   """Yields (row number, {field: str or None}); counts unreadable rows."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   if not tf.io.gfile.exists(path):
     raise FileNotFoundError(f"Task file {path!r} does not exist.")
   with tf.io.gfile.GFile(path, "rb") as f:
@@ -290,6 +290,7 @@ def read_file(path: str, text_field: str, label_field: str,
 
 def save_label_map(directory: str, names: Sequence[str]) -> str:
   """Writes ``directory/label_map.json`` ({"label2id": {name: id}})."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   tf.io.gfile.makedirs(directory)
   path = os.path.join(directory, LABEL_MAP_FILE)
   with tf.io.gfile.GFile(path, "w") as f:
@@ -299,6 +300,7 @@ def save_label_map(directory: str, names: Sequence[str]) -> str:
 
 def load_label_map(directory: str) -> Optional[list[str]]:
   """Label names in id order from ``directory/label_map.json``, or None."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   path = os.path.join(directory, LABEL_MAP_FILE)
   if not tf.io.gfile.exists(path):
     return None
