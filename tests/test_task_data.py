@@ -191,6 +191,14 @@ def test_train_batches_full_shuffled_and_cover_each_epoch(tok):
       td.train_dataset(rows, tok, **dict(kw, seed=4)), 30)])
   np.testing.assert_array_equal(order, same)
   assert (order != other).mean() > 0.5
+  # One bucket: batches follow the row order, each epoch a new permutation.
+  short = random_rows(48, False, seed=5, max_words=10)
+  one = take(td.train_dataset(short, tok, seq_length=32, batch_size=8,
+                              seed=3, buckets=(32,), with_index=True), 12)
+  order = np.concatenate([b["example_index"] for b in one])
+  epoch1, epoch2 = order[:48], order[48:]
+  assert sorted(epoch1) == sorted(epoch2) == list(range(48))
+  assert (epoch1 != epoch2).mean() > 0.5 and (epoch1 != np.arange(48)).any()
   assert "example_index" not in take(td.train_dataset(
       rows, tok, **dict(kw, with_index=False)), 1)[0]
 
