@@ -117,10 +117,9 @@ def encode(tok: tokenizers.Tokenizer, seq_length: int, text_a: tf.Tensor,
 def _examples(order: tf.data.Dataset, rows: task_sources.Rows,
               tok: tokenizers.Tokenizer, seq_length: int) -> tf.data.Dataset:
   """Row positions -> one encoded example each (variable length)."""
-  text_a = tf.constant(rows.text_a.astype(str).tolist() or [""][:0],
-                       tf.string)
-  text_b = (None if rows.text_b is None else
-            tf.constant(rows.text_b.astype(str).tolist(), tf.string))
+  strings = lambda a: tf.constant([str(x) for x in a], tf.string, [len(a)])
+  text_a = strings(rows.text_a)
+  text_b = None if rows.text_b is None else strings(rows.text_b)
   labels = tf.constant(rows.labels)
 
   def enc(pos):

@@ -113,19 +113,15 @@ def prepare_hint(name: str, data_dir: str) -> str:
           "the directory here or to a bucket")
 
 
-def read_glue(spec: TaskSpec, split: str, data_dir: str,
-              process_index: int = 0, process_count: int = 1) -> Rows:
-  """Reads a GLUE split from ``data_dir`` (never downloads).
+def read_glue(spec: TaskSpec, split: str, data_dir: str) -> Rows:
+  """Reads a whole GLUE split from ``data_dir`` (never downloads).
 
-  With ``process_count > 1`` each process reads ``tfds.even_splits`` share;
-  ``task_data`` reads whole splits (see its docstring for why).
+  Every process reads the whole split: ``task_data`` slices global batches
+  per process (see its docstring for why).
   """
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  sub = split
-  if process_count > 1:
-    sub = tfds.even_splits(split, n=process_count)[process_index]
   try:
-    ds = tfds.load(spec.name, split=sub, data_dir=data_dir or None,
+    ds = tfds.load(spec.name, split=split, data_dir=data_dir or None,
                    download=False, shuffle_files=False,
                    read_config=tfds.ReadConfig(try_autocache=False))
   except (AssertionError, FileNotFoundError, ValueError,
@@ -347,4 +343,33 @@ def read_user_task(train_path: str, validation_path: str, text_field: str,
   spec = TaskSpec(name, (text_field, text_pair_field) if text_pair_field
                   else (text_field,), label_field, tuple(names),
                   (PEARSON, SPEARMAN) if regression else (ACCURACY,))
+  return spec, rows
+
+
+def load_task(task: str, *, tfds_data_dir: str = "", train_path: str = "",
+              validation_path: str = "", text_field: str = "",
+              text_pair_field: str = "", label_field: str = "label",
+              regression: bool = False, label_order: str = "sorted",
+              label_dir: str = "", fmt: str = "", splits: Sequence[str] = ()
+              ) -> tuple[TaskSpec, dict[str, Rows]]:
+  """One entry for the trainer: ``glue/<name>`` or the user's files.
+
+  GLUE: {"train": ..., each of spec.eval_splits: ...} (or only ``splits``)
+  read from ``tfds_data_dir``. Anything else names the user's task, read
+  from ``train_path`` / ``validation_path`` by :func:`read_user_task`.
+  """
+  if task.startswith("glue/"):
+    spec = glue_task(task)
+    wanted = tuple(splits) or (spec.train_split,) + spec.eval_splits
+    return spec, {s: read_glue(spec, s, tfds_data_dir) for s in wanted}
+  if not text_field:
+    raise ValueError(f"task={task!r} is not a GLUE task, so it reads your "
+                     "files: set text_field (and train_path, "
+                     "validation_path, label_field).")
+  spec, rows = read_user_task(
+      train_path, validation_path, text_field, label_field, text_pair_field,
+      regression=regression, label_order=label_order, label_dir=label_dir,
+      name=task or "user", fmt=fmt)
+  if splits:
+    rows = {s: rows[s] for s in splits if s in rows}
   return spec, rows

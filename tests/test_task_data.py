@@ -423,3 +423,17 @@ def test_glue_not_prepared_says_how_to_prepare(tmp_path):
     ts.read_glue(ts.glue_task("sst2"), "validation", str(tmp_path))
   msg = str(e.value)
   assert str(tmp_path) in msg and "tfds build glue/sst2" in msg
+
+
+def test_load_task_glue_and_user_files(tmp_path):
+  with tfds.testing.mock_data(as_dataset_fn=fake_glue):
+    spec, rows = ts.load_task("glue/sst2", tfds_data_dir=str(tmp_path))
+  assert spec.name == "glue/sst2" and set(rows) == {"train", "validation"}
+  assert list(rows["validation"].text_a) == GLUE_ROWS["sst2"]["sentence"]
+  train = write(tmp_path / "t.csv", "q,y\nw1 w2,pos\nw3,neg\n")
+  spec, rows = ts.load_task("mine", train_path=train, validation_path=train,
+                            text_field="q", label_field="y")
+  assert spec.name == "mine" and spec.label_names == ("neg", "pos")
+  assert rows["validation"].labels.tolist() == [1, 0]
+  with pytest.raises(ValueError, match="text_field"):
+    ts.load_task("mine", train_path=train)
