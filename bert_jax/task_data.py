@@ -207,7 +207,8 @@ def train_dataset(rows: task_sources.Rows, tok: tokenizers.Tokenizer, *,
 
   Each epoch visits every row once in the order of a permutation drawn
   statelessly from (seed, epoch); batches never mix buckets and are always
-  full. The iterator can be saved and restored exactly.
+  full. The iterator can be saved and restored exactly. ``seed`` must be the
+  same on every process (they cut the same global batches).
   """
   n = len(rows)
   if n == 0:

@@ -13,7 +13,7 @@ way the GLUE leaderboard does.
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Optional
 
 import numpy as np
 

@@ -7,7 +7,6 @@ be written down from the text.
 
 import json
 import logging
-import os
 
 import numpy as np
 import pytest
