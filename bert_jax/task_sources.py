@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import csv
 import dataclasses
+import io
 import json
 import os
 from typing import Optional, Sequence
@@ -170,7 +171,7 @@ def _raw_records(path: str, fmt: str, fields: Sequence[str], bad):
   with tf.io.gfile.GFile(path, "rb") as f:
     text = f.read().decode("utf-8", errors="replace")
   if fmt == "jsonl":
-    for n, line in enumerate(text.splitlines()):
+    for n, line in enumerate(text.split("\n")):  # not splitlines: U+2028
       if not line.strip():
         continue
       try:
@@ -184,7 +185,7 @@ def _raw_records(path: str, fmt: str, fields: Sequence[str], bad):
                 for k in fields}
     return
   reader = csv.reader(
-      text.splitlines(), delimiter="\t" if fmt == "tsv" else ",",
+      io.StringIO(text, newline=""), delimiter="\t" if fmt == "tsv" else ",",
       quoting=csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL)
   try:
     header = next(reader)

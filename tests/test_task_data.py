@@ -246,7 +246,7 @@ def test_hosts_get_disjoint_slices_of_the_same_global_batch(tok, mode):
 
 # Each text's label is fixed by its words, so a shifted label is visible.
 LABEL_OF = {"w1 w2": "pos", "w3": "neg", "w6, w7": "neg", "w10": "neutral",
-            "w11 w12": "pos"}
+            "w11 w12": "pos", "w3\u2028w4": "neg"}
 
 
 def write(path, text):
@@ -282,6 +282,12 @@ def test_csv_with_bad_rows_counted_and_labels_kept(tmp_path, caplog):
                           missing_label=1, unknown_label=0)
   assert list(rows.index) == [0, 1, 4, 7, 9]  # data row numbers in the file
   assert "train.csv" in caplog.text and "wrong_column_count=2" in caplog.text
+  # Line separators inside a field (U+2028, a quoted newline) stay in it.
+  odd = write(tmp_path / "odd.csv", 'text,label\n"w1\u2028w2",pos\n'
+              '"w3\nw4",neg\nw5,pos\n')
+  rows_odd, _ = ts.read_file(odd, "text", "label")
+  assert list(rows_odd.text_a) == ["w1\u2028w2", "w3\nw4", "w5"]
+  assert rows_odd.labels.tolist() == [1, 0, 1]
   first, names2 = ts.read_file(path, "text", "label", label_order="first_seen")
   assert names2 == ["pos", "neg", "neutral"]
   check_labels_not_shifted(first, names2)
@@ -315,6 +321,7 @@ def test_tsv_pair_task_with_unknown_validation_label(tmp_path, tok):
 
 def test_jsonl_and_saved_label_map_wins_on_resume(tmp_path):
   lines = [json.dumps({"text": "w1 w2", "label": "pos"}),
+           '{"text": "w3\u2028w4", "label": "neg"}',  # raw U+2028 in a line
            '{"text": "w3", "label": ',           # unparseable
            "[1, 2]",                              # not an object
            json.dumps({"label": "pos"}),          # missing text
