@@ -169,7 +169,7 @@ def _raw_records(path: str, fmt: str, fields: Sequence[str], bad):
   if not tf.io.gfile.exists(path):
     raise FileNotFoundError(f"Task file {path!r} does not exist.")
   with tf.io.gfile.GFile(path, "rb") as f:
-    text = f.read().decode("utf-8", errors="replace")
+    text = f.read().decode("utf-8-sig", errors="replace")  # Excel: BOM
   if fmt == "jsonl":
     for n, line in enumerate(text.split("\n")):  # not splitlines: U+2028
       if not line.strip():
