@@ -389,10 +389,11 @@ class Trainer:
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str):
     from bert_jax import input_pipeline  # TensorFlow: only when training.
+    from bert_jax import tokenizers  # pylint: disable=g-import-not-at-top
 
     self.config, self.workdir = config, workdir
     validate_config(config, jax.device_count())
-    self.tokenizer = input_pipeline.load_tokenizer(config.data, workdir)
+    self.tokenizer = tokenizers.load_tokenizer(config.data, workdir)
     input_pipeline.validate(config, self.tokenizer)
 
     # ---- Mesh.
