@@ -486,3 +486,28 @@ def test_inspect_data_tool_saves_npz(uniq, tmp_path):
   assert int(d["vocab_size"]) == uniq["tok"].vocab_size
   for k in features.PRETRAINING_NAMES:
     assert k in d
+
+
+def test_traced_stages_and_eval_batches_are_cached(uniq, tmp_path):
+  """A second pipeline for the same tokenizer reuses the traced functions;
+  eval batches are built once per (config, tokenizer file, process)."""
+  tok = uniq["tok"]
+  c = make_config(uniq["glob"], tok.path, eval_fraction=0.1)
+  wd = str(tmp_path)
+  ip.create_train_iterator(c, tok, wd)
+  builders, maskers = (ip.traced_builder.cache_info().misses,
+                       ip.traced_masker.cache_info().misses)
+  next(ip.create_train_iterator(c, tok, wd))
+  assert ip.traced_builder.cache_info().misses == builders
+  assert ip.traced_masker.cache_info().misses == maskers
+  # Another Tokenizer object (its own tf_text resources) gets its own trace.
+  tok2 = tokenizers.load(tok.path, tokenizers.WORDPIECE, lower_case=True)
+  ip.create_train_iterator(c, tok2, wd)
+  assert ip.traced_builder.cache_info().misses == builders + 1
+  e1 = ip.create_eval_batches(c, tok, wd)
+  misses = ip._eval_batches.cache_info().misses
+  e2 = ip.create_eval_batches(c, tok2, wd)  # same tokenizer file: cached
+  assert ip._eval_batches.cache_info().misses == misses
+  assert e1[0] is not e2[0] and e1[0]["input_ids"] is e2[0]["input_ids"]
+  c.data.num_eval_batches = 1
+  assert len(ip.create_eval_batches(c, tok, wd)) == 1
