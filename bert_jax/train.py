@@ -319,7 +319,8 @@ class PretrainingInput:
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str):
     from bert_jax import input_pipeline  # TensorFlow: only when training.
-    self.tokenizer = input_pipeline.load_tokenizer(config.data, workdir)
+    from bert_jax import tokenizers
+    self.tokenizer = tokenizers.load_tokenizer(config.data, workdir)
     config_checks.check_tokenizer(config, self.tokenizer)
     proc = dict(process_index=jax.process_index(),
                 process_count=jax.process_count())
