@@ -196,3 +196,10 @@ def get_config(size: str = "base") -> ml_collections.ConfigDict:
   config.mesh = mesh_config()
   config.checkpoint = checkpoint_config()
   return config
+
+
+def pair_objective(data) -> str:
+  """The sentence-pair objective a data config trains: "nsp", "sop" or
+  "packed" (none). ``data.objective`` wins; "" means "nsp" if ``data.nsp``."""
+  obj = (data.get("objective", "") or "").lower()
+  return obj or ("nsp" if data.get("nsp", True) else "packed")

@@ -48,6 +48,7 @@ import ml_collections
 import numpy as np
 import tensorflow as tf
 
+from bert_jax import config_lib
 from bert_jax import data_sources
 from bert_jax import demo_corpus
 from bert_jax import features
@@ -76,8 +77,7 @@ _MAX_EPOCHS = 1 << 40
 
 
 def objective(data: ml_collections.ConfigDict) -> str:
-  obj = (data.get("objective", "") or "").lower()
-  return obj or (NSP if data.nsp else PACKED)
+  return config_lib.pair_objective(data)
 
 
 def _seed(config, *salt: Any) -> np.ndarray:
