@@ -87,14 +87,11 @@ def test_agrees_with_transformers_pipeline(exported):
                                  atol=1e-7)
 
 
-def test_workdir_and_hf_dir_give_identical_results(exported, monkeypatch):
-  from bert_jax import checkpointing
-
-  def fake_load_params(workdir, step=None):
-    assert workdir == exported["workdir"]
-    return exported["params"], exported["config"], 7
-
-  monkeypatch.setattr(checkpointing, "load_params", fake_load_params)
+def test_workdir_and_hf_dir_give_identical_results(exported):
+  from tests.test_pretrained import save_checkpoints
+  # A real checkpoint (step 7) beside the cached tokenizer: a training workdir.
+  save_checkpoints(exported["workdir"], exported["config"],
+                   {7: exported["params"]})
   from_workdir = fill_mask.fill_mask(exported["workdir"], TEXTS[0], top_k=4)
   from_hf = fill_mask.fill_mask(exported["out"], TEXTS[0], top_k=4)
   assert from_workdir == from_hf

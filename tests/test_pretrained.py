@@ -24,16 +24,13 @@ def _config():
   return config
 
 
-def _save_workdir(workdir, config, steps=(1, 2)):
-  """A workdir with checkpoints of random tiny-BERT params at `steps`."""
+def save_checkpoints(workdir, config, params_by_step):
+  """Writes a training workdir's checkpoints: {step: params} (+ config)."""
   import jax.numpy as jnp
 
   from bert_jax import checkpointing
   ckpt = checkpointing.Checkpointer(str(workdir), config.checkpoint)
-  saved = {}
-  for s in steps:
-    params = random_params(config.model, seed=s)
-    saved[s] = params
+  for s, params in params_by_step.items():
     state = dict(step=jnp.asarray(s, jnp.int32),
                  params=mapping.unflatten_params(
                      {k: jnp.asarray(v) for k, v in
@@ -42,6 +39,12 @@ def _save_workdir(workdir, config, steps=(1, 2)):
     ckpt.save(s, state, meta=dict(config=config.to_dict()))
   ckpt.wait()
   ckpt.close()
+
+
+def _save_workdir(workdir, config, steps=(1, 2)):
+  """A workdir with checkpoints of random tiny-BERT params at `steps`."""
+  saved = {s: random_params(config.model, seed=s) for s in steps}
+  save_checkpoints(workdir, config, saved)
   return saved
 
 
