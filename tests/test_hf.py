@@ -328,6 +328,17 @@ def test_tokenizer_parity_on_trained_run(trained):
   assert got == ingraph.tokenize(SENTENCES).to_list()
 
 
+def test_trained_run_records_its_tokenizer(trained):
+  """The trainer writes WORKDIR/tokenizer/record.json; export reads it."""
+  with open(os.path.join(trained["workdir"], "tokenizer", "record.json")) as f:
+    record = json.load(f)
+  assert record["kind"] == "sentencepiece" and record["lower_case"]
+  assert not os.path.isabs(record["path"])
+  assert os.path.isfile(os.path.join(trained["workdir"], record["path"]))
+  spec = pretrained.tokenizer_spec(trained["workdir"])
+  assert spec.path == os.path.join(trained["workdir"], record["path"])
+
+
 def test_fill_mask_cli_workdir_and_hf_dir_agree_with_pipeline(trained):
   from transformers import pipeline
   text = ("Elephants are playing in the zoo with monkeys. "
