@@ -97,13 +97,14 @@ def resolve(path: str, step: int | None = None) -> Source:
     config = ml_collections.ConfigDict(
         checkpoint_io.read_imported_config(path))
     return Source(IMPORTED, path, config=config)
-  has_config = checkpoint_io.read_hf_config(path) is not None
+  hf_config = checkpoint_io.read_hf_config(path)
+  family = (hf_config or {}).get("model_type", "bert")
   if path.endswith((".safetensors", ".bin")) and os.path.isfile(path) or (
-      has_config and any(os.path.exists(os.path.join(path, f))
-                         for f in checkpoint_io.HF_WEIGHT_FILES)):
-    return Source(HF, path)
+      hf_config is not None and any(os.path.exists(os.path.join(path, f))
+                                    for f in checkpoint_io.HF_WEIGHT_FILES)):
+    return Source(HF, path, family=family)
   if checkpoint_io.find_tf_checkpoint(path) is not None:
-    return Source(TF, path)
+    return Source(TF, path, family=family)
   raise FileNotFoundError(
       f"{path} is none of: a training workdir (checkpoints/), a checkpoint "
       f"step directory, a tools/convert_from_hf.py output "
@@ -156,8 +157,9 @@ def load_params(source: Source | str, model_config=None, *,
       params, _ = checkpointing.restore_params(
           source.step_dir, abstract_params, config=config)
     else:
-      checkpoint_io.check_same_architecture(
-          load_model_config(source), model_config, source.path)
+      if "model" in source.config:
+        checkpoint_io.check_same_architecture(
+            source.config.model, model_config, source.path)
       params, _, _ = checkpointing.load_params(source.step_dir)
     report.loaded = sorted(mapping.flatten_params(params))
     return params, report

@@ -394,8 +394,8 @@ class Trainer:
     self.config, self.workdir = config, workdir
     validate_config(config, jax.device_count())
     self.tokenizer = input_pipeline.load_tokenizer(config.data, workdir)
-    pretrained.record_tokenizer(workdir, self.tokenizer)
     input_pipeline.validate(config, self.tokenizer)
+    pretrained.record_tokenizer(workdir, self.tokenizer)
 
     # ---- Mesh.
     self.mesh = sharding.make_mesh(config.mesh)
