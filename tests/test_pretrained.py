@@ -191,3 +191,15 @@ def test_tokenizer_outside_the_workdir_is_recorded_absolute(workdir, tmp_path):
   spec = pretrained.tokenizer_spec(str(path))
   assert (spec.kind, spec.path) == ("wordpiece", str(vocab))
   assert np.isscalar(spec.lower_case) and spec.lower_case
+
+
+def test_record_on_a_url_workdir():
+  """gs:// workdirs go through tf.io.gfile (ram:// stands in offline)."""
+  workdir = "ram://bert_jax_pretrained_test/w"
+  pretrained.record_tokenizer(workdir, types.SimpleNamespace(
+      kind="wordpiece", path=workdir + "/tokenizer/wp/vocab.txt",
+      lower_case=True))
+  record = json.loads(pretrained._read_text(  # pylint: disable=protected-access
+      workdir + "/tokenizer/record.json"))
+  assert record == dict(kind="wordpiece", path="tokenizer/wp/vocab.txt",
+                        lower_case=True)
