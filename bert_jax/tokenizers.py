@@ -24,12 +24,16 @@ import hashlib
 import io
 import os
 import time
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence
 
 from absl import logging
 import ml_collections
 import numpy as np
-import tensorflow as tf
+
+# TensorFlow is imported where a function needs it: SPECIAL_TOKENS and the
+# names here are read by TF-free code (Hugging Face export, fill_mask).
+if TYPE_CHECKING:
+  import tensorflow as tf
 
 from bert_jax import data_sources
 
@@ -79,6 +83,7 @@ class Tokenizer:
     raise NotImplementedError
 
   def encode(self, text: str) -> list[int]:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
     return self.tokenize(tf.constant([text]))[0].numpy().tolist()
 
   def id_to_piece(self, i: int) -> str:
@@ -124,6 +129,7 @@ class SentencePieceTokenizer(Tokenizer):
     return ws
 
   def tokenize(self, lines: tf.Tensor) -> tf.RaggedTensor:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
     return tf.cast(self._tf.tokenize(lines), tf.int32)
 
   def encode(self, text: str) -> list[int]:
@@ -149,6 +155,7 @@ class WordPieceTokenizer(Tokenizer):
   kind = WORDPIECE
 
   def __init__(self, vocab: Sequence[str], lower_case: bool, path: str = ""):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
     import tensorflow_text as tf_text  # pylint: disable=g-import-not-at-top
     self.path = path
     self.pieces = list(vocab)
@@ -179,6 +186,7 @@ class WordPieceTokenizer(Tokenizer):
 
 def load(path: str, kind: str, lower_case: bool = True) -> Tokenizer:
   """Loads a tokenizer file (any tf.io.gfile path)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   if not tf.io.gfile.exists(path):
     raise ValueError(f"data.tokenizer_path={path!r} does not exist.")
   if kind == SENTENCEPIECE:
@@ -250,11 +258,13 @@ def train_wordpiece(sentences: Iterator[str], vocab_size: int,
 
 
 def save_wordpiece(vocab: Sequence[str], path: str) -> None:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   with tf.io.gfile.GFile(path, "w") as f:
     f.write("".join(p + "\n" for p in vocab))
 
 
 def write_atomic(path: str, data: bytes) -> None:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   tmp = f"{path}.tmp{os.getpid()}"
   with tf.io.gfile.GFile(tmp, "wb") as f:
     f.write(data)
@@ -268,6 +278,7 @@ def default_filename(kind: str) -> str:
 def train(kind: str, sentences: Iterator[str], vocab_size: int,
           lower_case: bool, path: str) -> Tokenizer:
   """Trains a tokenizer of ``kind`` and writes it (atomically) to ``path``."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   if kind == SENTENCEPIECE:
     data = train_sentencepiece(sentences, vocab_size, lower_case)
   elif kind == WORDPIECE:
