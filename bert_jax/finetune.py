@@ -124,6 +124,7 @@ class Evaluator:
   def __init__(self, spec, task_input: TaskInput, config):
     self.spec, self.input, self.config = spec, task_input, config
     self.scores: dict = {}  # {split: {metric: value}} of the last call.
+    self.examples: dict = {}  # {split: rows scored} (padding excluded).
     self._predict = None
 
   def _predict_fn(self, trainer):
@@ -162,6 +163,7 @@ class Evaluator:
       scores = task_metrics.task_scores(
           self.spec, y, task_metrics.predictions(out, self.spec), w)
       self.scores[split] = scores
+      self.examples[split] = int(round(float(w.sum())))
       prefix = "" if len(self.input.eval_splits) == 1 else f"{split}/"
       metrics.update({prefix + k: v for k, v in scores.items()})
       loss_sum, weight = _loss_sum(out, y, w, self.spec.regression)
@@ -256,6 +258,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
       step=int(config.train.num_steps), seconds=time.time() - start,
       learning_rate=config.train.learning_rate, seed=config.train.seed,
       label_names=list(spec.label_names), scores=evaluator.scores,
+      eval_examples=evaluator.examples,
       main_score=task_metrics.main_score(
           {f"{s}/{k}": v for s, d in evaluator.scores.items()
            for k, v in d.items()}),
