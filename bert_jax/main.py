@@ -7,7 +7,10 @@ Overrides: ``--config.train.num_steps=20``. Multi-host: on Cloud TPU VMs
 """
 
 import os
+import re
 import sys
+import tempfile
+import traceback
 
 from absl import app
 from absl import flags
@@ -23,6 +26,11 @@ flags.DEFINE_enum("distributed", "auto", ["auto", "on", "off"],
 flags.DEFINE_string("coordinator_address", None, "host:port of process 0.")
 flags.DEFINE_integer("num_processes", None, "Total number of processes.")
 flags.DEFINE_integer("process_id", None, "Index of this process.")
+flags.DEFINE_bool("take_over_workdir", False,
+                  "Take over a workdir whose lock is held by a run on another "
+                  "host that cannot be checked (use only if that run is dead).")
+flags.DEFINE_bool("verbose", False,
+                  "Print full tracebacks instead of one-line errors.")
 flags.mark_flags_as_required(["config", "workdir"])
 FLAGS = flags.FLAGS
 
@@ -70,17 +78,109 @@ class _QuietLibraries:
     return record.levelno >= 30 or "/orbax/" not in record.pathname
 
 
+# ------------------------------------------------------------------------------
+# Errors as sentences: one line for the user, the traceback behind --verbose.
+# ------------------------------------------------------------------------------
+def _verbose(argv=None) -> bool:
+  if FLAGS.is_parsed():
+    return FLAGS.verbose
+  return any(a in ("--verbose", "--verbose=true", "--verbose=True")
+             for a in (argv or sys.argv))
+
+
+def _fail(message: str, argv=None):
+  """Print `error: message` and exit 1 (re-raise instead with --verbose)."""
+  if _verbose(argv) and sys.exc_info()[0] is not None:
+    raise  # pylint: disable=misplaced-bare-raise
+  print(f"error: {message}", file=sys.stderr)
+  sys.exit(1)
+
+
+def _flag_value(argv, name: str) -> str | None:
+  for i, a in enumerate(argv):
+    if a == f"--{name}" and i + 1 < len(argv):
+      return argv[i + 1]
+    if a.startswith(f"--{name}="):
+      return a.split("=", 1)[1]
+  return None
+
+
+def _config_load_error(argv) -> str:
+  path = _flag_value(argv, "config") or "?"
+  file = path.split(":")[0] if not os.path.exists(path) else path
+  if not os.path.exists(file):
+    return (f"--config file {file} does not exist; pass a config file such "
+            "as configs/tiny.py.")
+  return (f"--config file {file} could not be loaded; run python {file} to "
+          "see why.")
+
+
+def _override_error(argv, e: Exception) -> str:
+  """ml_collections' 'no such field' error -> the flag, and its suggestion."""
+  text = str(e)
+  m = re.search(r'Did you mean "([^"]+)" instead of "([^"]+)"', text)
+  key = m.group(2) if m else (re.findall(r"\w+", text) or ["?"])[0]
+  flag = next((a.split("=")[0] for a in argv if a.startswith("--config.") and
+               key in a.split("=")[0].split(".")), f"--config.*.{key}")
+  hint = f"; did you mean {m.group(1)!r}?" if m else "."
+  return (f"{flag}: the config has no field {key!r}{hint} Fields are listed "
+          "in bert_jax/config_lib.py.")
+
+
+def parse_flags(argv):
+  """absl flag parsing, with config-file and override errors as sentences."""
+  try:
+    rest = FLAGS(argv)
+  except flags.Error as e:
+    _fail(f"{e}. Run with --helpfull for the flags.", argv)
+  except (AttributeError, KeyError) as e:  # --config.group.misspelled=...
+    _fail(_override_error(argv, e), argv)
+  except (OSError, ValueError, TypeError) as e:
+    _fail(f"{_first_line(e)}", argv)
+  try:
+    getattr(FLAGS.config, "to_dict")  # Raises here if the file did not load.
+  except OSError:
+    _fail(_config_load_error(argv), argv)
+  return rest
+
+
+def _first_line(e: BaseException) -> str:
+  lines = str(e).strip().splitlines()
+  return lines[0] if lines else type(e).__name__
+
+
+def _unexpected(e: Exception):
+  """A bug or an unforeseen fault: one line, the traceback in a file."""
+  if FLAGS.verbose:
+    raise  # pylint: disable=misplaced-bare-raise
+  fd, path = tempfile.mkstemp(prefix="bert_jax_error_", suffix=".txt")
+  with os.fdopen(fd, "w") as f:
+    f.write(traceback.format_exc())
+  logging.error("%s: %s (traceback in %s)", type(e).__name__, _first_line(e),
+                path)
+  print(f"error: {type(e).__name__}: {_first_line(e)} (traceback in {path}; "
+        "rerun with --verbose to print it)", file=sys.stderr)
+  sys.exit(1)
+
+
 def main(argv):
   del argv
   logging.get_absl_handler().addFilter(_QuietLibraries())
   initialize_distributed()
   from bert_jax import train  # After distributed init: jax backends start here.
+  from bert_jax import workdir_lock  # pylint: disable=g-import-not-at-top
   try:
-    metrics = train.train_and_evaluate(FLAGS.config, FLAGS.workdir)
-  except (ValueError, FileNotFoundError, FloatingPointError) as e:
+    metrics = train.train_and_evaluate(
+        FLAGS.config, FLAGS.workdir, take_over_workdir=FLAGS.take_over_workdir)
+  except (ValueError, OSError, FloatingPointError,
+          workdir_lock.WorkdirInUseError) as e:
+    if FLAGS.verbose:
+      raise
     logging.error("%s", e)
     print(f"error: {e}", file=sys.stderr)
     sys.exit(1)
+  except Exception as e:  # pylint: disable=broad-except
+    _unexpected(e)
   if "preempted_at_step" in metrics:  # SIGTERM: checkpoint committed; exit 0.
     print(f"preempted at step {metrics['preempted_at_step']}: checkpoint "
           "saved; run the same command to resume.")
@@ -93,5 +193,9 @@ def main(argv):
     print(line)
 
 
+def run():
+  app.run(main, flags_parser=parse_flags)
+
+
 if __name__ == "__main__":
-  app.run(main)
+  run()

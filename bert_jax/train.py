@@ -522,6 +522,7 @@ class Trainer:
       batch = sharding.global_batch(next(self.train_iter), self.batch_sharding)
       state, metrics = self.train_step(state, batch)
       done = step + 1
+      self.checkpointer.check_for_errors()  # A failed async save stops here.
       self._nonfinite.observe(done, metrics["finite"])
       is_last = done == train.num_steps
       if done % train.log_every == 0 or is_last:
@@ -587,14 +588,23 @@ class Trainer:
       self._preemption.close()
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Train per `config` in `workdir`, resuming from its latest checkpoint."""
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
+                       take_over_workdir: bool = False) -> dict:
+  """Train per `config` in `workdir`, resuming from its latest checkpoint.
+
+  The run takes the workdir first (`workdir_lock`): a second run on it is
+  refused before it writes anything.
+  """
+  from bert_jax import workdir_lock  # pylint: disable=g-import-not-at-top
   validate_config(config, jax.device_count())  # Before touching the workdir.
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  tf.io.gfile.makedirs(workdir)  # Local or gs://.
-  checkpointing.check_workdir_shared(workdir)  # Multi-host: one storage.
-  trainer = Trainer(config, workdir)
+  lock = workdir_lock.take(workdir, take_over=take_over_workdir)
   try:
-    return trainer.run()
+    checkpointing.check_workdir_shared(workdir)  # Multi-host: one storage.
+    trainer = Trainer(config, workdir)
+    trainer.checkpointer.guard = lock.verify  # Still ours? Before each save.
+    try:
+      return trainer.run()
+    finally:
+      trainer.shutdown()
   finally:
-    trainer.shutdown()
+    lock.release()
