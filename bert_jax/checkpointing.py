@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import time
 import uuid
 from typing import Any
@@ -321,12 +322,18 @@ class Checkpointer:
 
   def _save_error(self, step: int, error: Exception) -> CheckpointSaveError:
     self._failed = True
+    cause = _first_line(_root(error), limit=2000)
+    # Tensorstore: '... Failed writing: "FILE": Failed to write N bytes to
+    # file 20: File too large [os_error_code=27]...' -> the file and reason.
+    m = re.search(r'Failed writing: "([^"]+)": (.*?)(?: \[|$)', cause)
+    cause = (f"cannot write {m.group(1)}: {m.group(2)}" if m else
+             f"{type(_root(error)).__name__}: {cause[:300]}")
     older = [s for s in self.all_steps() if s < step]
     kept = (f"older checkpoints (steps {older}) are intact" if older else
             "no older checkpoint exists")
     return CheckpointSaveError(
-        f"Saving checkpoint step {step} to {self._step_dir(step)} failed: "
-        f"{type(error).__name__}: {_first_line(_root(error))}; {kept}. "
+        f"Saving checkpoint step {step} to {self._step_dir(step)} failed "
+        f"({cause}); {kept}. "
         "Free space or fix the storage, then rerun the same command to "
         "resume.")
 
@@ -501,8 +508,12 @@ def _restore_params(step_dir: str, item, restore_args) -> Any:
 
 def _stored_state_tree(step_dir: str):
   """Shapes and dtypes of a step's ``state`` item, read from its metadata."""
-  with ocp.PyTreeCheckpointer() as ckptr:
-    md = ckptr.metadata(os.path.join(step_dir, STATE))
+  # The handler, not a PyTreeCheckpointer: a Checkpointer also looks for the
+  # step-level _CHECKPOINT_METADATA inside the item directory, where the
+  # CheckpointManager never writes it (it is one level up), and warns that it
+  # does not exist on every resume and every fill_mask.
+  md = ocp.PyTreeCheckpointHandler().metadata(
+      epath.Path(os.path.join(step_dir, STATE)))
   tree = md.item_metadata if hasattr(md, "item_metadata") else md
   tree = tree.tree if hasattr(tree, "tree") else tree
   if not tree:

@@ -72,10 +72,51 @@ def initialize_distributed() -> None:
 
 
 class _QuietLibraries:
-  """Drop INFO chatter of Orbax and absl internals; keep their warnings."""
+  """Drop INFO chatter of Orbax and absl internals; keep their warnings.
+
+  A failed save makes Orbax log the same error with a traceback from each of
+  its threads; the run stops with one sentence about it (CheckpointSaveError),
+  so without --verbose their records keep one line each.
+  """
 
   def filter(self, record) -> bool:
-    return record.levelno >= 30 or "/orbax/" not in record.pathname
+    if (record.name == "asyncio" and not FLAGS.verbose and
+        "/orbax/" in record.getMessage()):
+      return False  # "Task exception was never retrieved" of a failed save.
+    if "/orbax/" not in record.pathname:
+      return True
+    if record.levelno < 30:
+      return False
+    if record.exc_info and not FLAGS.verbose:
+      record.exc_info, record.exc_text = None, None
+      record.msg, record.args = _first_line(record.getMessage())[:300], ()
+    return True
+
+
+def _quiet_closed_loop_callbacks() -> None:
+  """After a write fails, tensorstore completes the remaining writes of that
+  save and calls back into Orbax's already closed asyncio loop: Python prints
+  one 'Event loop is closed' traceback per array (~250 lines for BERT-tiny).
+  They say nothing the CheckpointSaveError does not; hide them unless
+  --verbose."""
+  previous = sys.excepthook
+
+  def hook(kind, value, tb):
+    if (isinstance(value, RuntimeError) and str(value) == "Event loop is closed"
+        and not FLAGS.verbose):
+      return
+    previous(kind, value, tb)
+
+  sys.excepthook = hook
+  previous_unraisable = sys.unraisablehook
+
+  def unraisable(info):
+    if (isinstance(info.exc_value, RuntimeError) and not FLAGS.verbose and
+        str(info.exc_value) == "Event loop is closed"):
+      return
+    previous_unraisable(info)
+
+  sys.unraisablehook = unraisable
 
 
 # ------------------------------------------------------------------------------
@@ -166,6 +207,7 @@ def _unexpected(e: Exception):
 def main(argv):
   del argv
   logging.get_absl_handler().addFilter(_QuietLibraries())
+  _quiet_closed_loop_callbacks()
   initialize_distributed()
   from bert_jax import train  # After distributed init: jax backends start here.
   from bert_jax import workdir_lock  # pylint: disable=g-import-not-at-top

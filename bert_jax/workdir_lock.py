@@ -93,6 +93,15 @@ def prepare_workdir(workdir: str) -> None:
                      f"({e.strerror or e}).") from None
 
 
+def write_identity(path: str, ident: dict) -> None:
+  """Replace the identity object at `path` (tf.io.gfile: gs://, ram://...)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  if tf.io.gfile.exists(path):
+    tf.io.gfile.remove(path)  # ram:// overwrites in place without truncating.
+  with tf.io.gfile.GFile(path, "w") as f:
+    f.write(json.dumps(ident))
+
+
 class WorkdirLock:
   """Holds `workdir` for this run; `verify()` before each save."""
 
@@ -143,9 +152,7 @@ class WorkdirLock:
       return {}
 
   def _write_object(self):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    with tf.io.gfile.GFile(self.path, "w") as f:
-      f.write(json.dumps(self.me))
+    write_identity(self.path, self.me)
 
   def _acquire_object(self):
     holder = self._read_object()
