@@ -414,10 +414,11 @@ class Checkpointer:
   def _quarantine(self, step: int, error: Exception) -> None:
     src = epath.Path(self._step_dir(step))
     dst = epath.Path(self.workdir) / CORRUPT_DIR / f"{step}-{int(time.time())}"
+    root = _root(error)  # TensorStore's own error, not Orbax's wrapper.
     logging.warning(
         "Checkpoint step %d in %s cannot be used (%s: %s); moving it to %s "
         "and trying the previous step.", step, self.directory,
-        type(error).__name__, _first_line(error), dst)
+        type(root).__name__, _first_line(root), dst)
     if jax.process_index() == 0:
       try:
         dst.parent.mkdir(parents=True, exist_ok=True)
