@@ -267,8 +267,9 @@ def test_bad_input_is_one_sentence_and_writes_nothing(tmp_path, case):
 
 def test_resume_is_quiet_and_a_truncated_checkpoint_is_one_warning(two_runs):
   r = two_runs
-  # Every resume used to warn that _CHECKPOINT_METADATA does not exist.
-  assert "_CHECKPOINT_METADATA" not in r["d_log"] + r["e_stderr"]
+  # Every resume used to warn that <step>/state/_CHECKPOINT_METADATA (a file
+  # Orbax never writes there) does not exist.
+  assert "state/_CHECKPOINT_METADATA" not in r["d_log"] + r["e_stderr"]
   assert r["e_rc"] == 0, r["e_stderr"][-3000:]
   bad, good = r["e_steps"][-1], r["e_steps"][-2]
   err = r["e_stderr"]
