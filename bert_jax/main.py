@@ -105,7 +105,7 @@ def _quiet_checkpoint_noise() -> None:
 
   def hook(kind, value, tb):
     if (isinstance(value, RuntimeError) and str(value) == "Event loop is closed"
-        and not FLAGS.verbose):
+        and not _verbose()):
       return
     previous(kind, value, tb)
 
@@ -113,7 +113,7 @@ def _quiet_checkpoint_noise() -> None:
   previous_unraisable = sys.unraisablehook
 
   def unraisable(info):
-    if not FLAGS.verbose and (
+    if not _verbose() and (
         isinstance(info.exc_value, RuntimeError) and
         str(info.exc_value) == "Event loop is closed" or
         # A checkpoint that cannot be read fails one read coroutine per array
