@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bert_jax import train
-from tests.conftest import run_main, tiny_config
+from tests.helpers import run_main, tiny_config
 
 
 def read_metrics(workdir, split="train"):

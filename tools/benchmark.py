@@ -506,7 +506,6 @@ if __name__ == "__main__":
   if len(sys.argv) > 1 and sys.argv[1] == "--_peer":
     peer_worker(sys.argv[2], sys.argv[3])
     sys.exit(0)
-  sys.path.insert(0, REPO)
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   from absl import app, flags
   from ml_collections import config_flags

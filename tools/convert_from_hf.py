@@ -23,9 +23,7 @@ import os
 import shutil
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bert_jax import hf  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bert_jax import hf
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json",
                     "special_tokens_map.json", "vocab.txt", "spiece.model")

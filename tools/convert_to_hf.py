@@ -20,9 +20,7 @@ import logging
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bert_jax import hf  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bert_jax import hf
 
 
 def nsp_trained(config) -> bool:
