@@ -11,12 +11,14 @@ MFU (flops.py) and peak memory.
 
 --compare runs, on the same machine with the same batch shape and dtype, one
 training step of Hugging Face ``FlaxBertForPreTraining`` (transformers 4.57.6,
-the last release with Flax models, in its own venv: see --hf_flax_python) and
-of PyTorch ``BertForPreTraining`` (transformers 5 + torch CPU), each as they
-ship: AdamW, their own MLM head (logits at every position), dropout 0.1. Each
-peer lives in a worker process; rounds alternate ours -> flax -> torch so
-machine noise hits all alike; the first steps of each are warm-up and
-excluded; medians over all timed steps are compared. bf16 means: ours
+the last release with Flax models) and of PyTorch ``BertForPreTraining``
+(transformers 5 + torch CPU), each in a Python with its exact pins (this one
+if it has them, else a plain venv under --peer_venvs built on first use from
+the requirements files; see peer_python), each as they ship: AdamW, their
+own MLM head (logits at every position), dropout 0.1. Each peer lives in a
+worker process; rounds alternate ours -> flax -> torch so machine noise hits
+all alike; the first steps of each are warm-up and excluded; medians over all
+timed steps are compared. bf16 means: ours
 ``model.dtype=bfloat16`` (bf16 matmul inputs, f32 accumulation, f32 params),
 HF Flax ``dtype=jnp.bfloat16`` (its computation dtype), PyTorch
 ``torch.autocast("cpu", bfloat16)``.
