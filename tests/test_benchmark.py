@@ -21,7 +21,7 @@ benchmark = helpers.import_tool("benchmark")
 def tiny_config(**model):
   """The shared tiny config at this file's sizes (batch 8, FFN 128)."""
   return helpers.tiny_config(
-      model=dict(vocab_size=256, intermediate_size=128, **model),
+      model=dict(vocab_size=256, intermediate_size=128) | model,
       train=dict(batch_size=8, warmup_steps=1, learning_rate=1e-4))
 
 

@@ -41,9 +41,8 @@ ALLOWED_UNEXPECTED_MLM = {"bert.pooler.dense.weight", "bert.pooler.dense.bias",
 
 def tiny_model_config(**overrides):
   """The shared tiny model at this file's sizes (vocab 300, 2 heads)."""
-  return helpers.tiny_config(model=dict(
-      vocab_size=300, num_attention_heads=2, intermediate_size=128,
-      **overrides)).model
+  model = dict(vocab_size=300, num_attention_heads=2, intermediate_size=128)
+  return helpers.tiny_config(model=model | overrides).model
 
 
 def random_params(model_config, seed=0):

@@ -13,7 +13,7 @@ from tests import helpers
 
 def tiny_config(**overrides):
   """The shared tiny model config with vocab 211 (odd: catches padding)."""
-  return helpers.tiny_config(model=dict(vocab_size=211, **overrides)).model
+  return helpers.tiny_config(model=dict(vocab_size=211) | overrides).model
 
 
 def count(config):
