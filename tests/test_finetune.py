@@ -20,7 +20,9 @@ import sys
 import numpy as np
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import helpers
+from tests.helpers import REPO
+
 FILLER = ("the a it was this movie film story plot acting and very really "
           "quite i we saw watched").split()
 POSITIVE, NEGATIVE = ["great", "good", "nice", "fun"], [
@@ -267,11 +269,8 @@ def child_main(out_path):
 
 def test_finetune_step_on_8_devices_equals_one(tmp_path):
   out = str(tmp_path / "losses.npz")
-  env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2",
-             XLA_FLAGS="--xla_force_host_platform_device_count=8",
-             PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
   proc = subprocess.run([sys.executable, os.path.abspath(__file__), out],
-                        env=env, cwd=REPO, capture_output=True, text=True,
+                        env=helpers.child_env(devices=8), cwd=REPO, capture_output=True, text=True,
                         timeout=600)
   assert proc.returncode == 0, proc.stderr[-4000:]
   losses = np.load(out)

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tests.conftest import REPO, TINY_OVERRIDES, child_env, run_main
+from tests.helpers import REPO, TINY_OVERRIDES, child_env, run_main
 
 SAVE_EVERY = 10
 FLAGS = ("--config.train.log_every=1", "--config.train.eval_every=100000",

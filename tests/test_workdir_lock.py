@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.conftest import REPO, child_env
+from tests.helpers import REPO, child_env
 
 from bert_jax import workdir_lock
 from bert_jax.workdir_lock import WorkdirInUseError, WorkdirLock
@@ -17,7 +17,6 @@ from bert_jax.workdir_lock import WorkdirInUseError, WorkdirLock
 # A process that takes a local workdir and holds it until killed.
 _HOLDER = """
 import sys, time
-sys.path.insert(0, {repo!r})
 from bert_jax import workdir_lock
 workdir_lock.WorkdirLock(sys.argv[1]).acquire()
 print("HELD", flush=True)
