@@ -45,6 +45,14 @@ def check_seq_length(seq_length: int) -> None:
         "(e.g. 128 or 512) or use model.attention_impl='xla'.")
 
 
+def _platform() -> str:
+  """The mesh's platform (an ahead-of-time TPU compile runs on a CPU host)."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if not mesh.empty and getattr(mesh, "platform", None):
+    return mesh.platform
+  return jax.default_backend()
+
+
 def _block(seq_length: int) -> int:
   """Largest of 512/256/128 dividing the sequence (fewer, larger tiles)."""
   return next(b for b in (512, 256, LANES) if seq_length % b == 0)
@@ -85,10 +93,11 @@ def attention(q, k, v, input_mask, *, interpret: bool = False) -> jax.Array:
   Returns:
     [B, T, H, D] in q.dtype, equal to the XLA path at every position.
   """
-  if not interpret and jax.default_backend() != "tpu":
+  platform = _platform()
+  if not interpret and platform != "tpu":
     raise ValueError(
         "model.attention_impl='splash' is a TPU kernel and this backend is "
-        f"{jax.default_backend()!r}: use model.attention_impl='xla' (or "
+        f"{platform!r}: use model.attention_impl='xla' (or "
         "'dot_product_attention') here.")
   check_seq_length(q.shape[1])
   q = q * jnp.asarray(q.shape[-1] ** -0.5, q.dtype)
