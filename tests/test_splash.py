@@ -5,6 +5,10 @@ so these check its numerics, the padding-as-segment-ids mapping and the
 fully padded row, not its TPU speed.
 """
 
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -117,3 +121,36 @@ def test_config_check_needs_seq_multiple_of_128():
   c.data.seq_length = 128
   c.model.max_position_embeddings = 128
   config_checks.validate(c, num_devices=1, check_sources=False)
+
+
+def _sharded_child():
+  """8 CPU devices, data=2 x fsdp=2 x tensor=2: shard_map over batch/heads."""
+  from bert_jax import sharding
+  mesh_config = config_lib.get_config("tiny").mesh
+  mesh_config.update(data=2, fsdp=2, tensor=2)
+  mesh = sharding.make_mesh(mesh_config, jax.devices())
+  key = jax.random.split(jax.random.key(0), 3)
+  q, k, v = (jax.random.normal(s, (4, SEQ, HEADS, HEAD_DIM)) for s in key)
+  mask = np.ones((4, SEQ), np.int32)
+  mask[1, 50:] = 0
+  mask[3] = 0
+  attend = jax.jit(lambda *a: splash.attention(*a, interpret=True))
+  single = attend(q, k, v, mask)
+  with sharding.logical_context(mesh, sharding.rules(mesh_config)):
+    sharded = attend(q, k, v, mask)
+  assert len(sharded.sharding.device_set) == 8, sharded.sharding
+  np.testing.assert_allclose(sharded, single, atol=1e-6, rtol=0)
+
+
+def test_sharded_matches_single_device():
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             XLA_FLAGS="--xla_force_host_platform_device_count=8")
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  proc = subprocess.run([sys.executable, "-m", "tests.test_splash", "child"],
+                        cwd=repo, env=env, capture_output=True, text=True,
+                        timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+if __name__ == "__main__":
+  _sharded_child()
