@@ -156,3 +156,32 @@ def test_benchmark_cli_json_with_pytorch_peer():
   assert result["pytorch"]["timed_steps"] == 2
   assert result["vs_pytorch"] == pytest.approx(
       result["tokens_per_sec"] / result["pytorch"]["tokens_per_sec"])
+
+
+def test_seq_length_cells_keep_tokens_per_batch():
+  """--seq_lengths: batch = tokens / seq, predictions per token as in the
+  config, one position table for all, kinds that cannot run listed."""
+  config = tiny_config()  # seq 32, 5 predictions, 64 positions.
+  cells = benchmark.seq_length_configs(
+      config, [32, 64, 128], 1024, ["xla", "dot_product_attention", "splash",
+                                    "cudnn"], "cpu")
+  runs = {(t, k): c for t, k, c in cells}
+  assert len(cells) == 12
+  for t in (32, 64, 128):
+    c = runs[(t, "xla")]
+    assert c.train.batch_size * c.data.seq_length == 1024
+    assert c.data.max_predictions_per_seq == 5 * t // 32
+    assert c.model.max_position_embeddings == 128
+    assert c.model.attention_probs_dropout_prob == \
+        config.model.attention_probs_dropout_prob
+    fused = runs[(t, "dot_product_attention")]
+    assert fused.model.attention_impl == "dot_product_attention"
+    assert fused.model.attention_probs_dropout_prob == 0.0
+    assert runs[(t, "splash")] is None and runs[(t, "cudnn")] is None
+  tpu = dict(((t, k), c) for t, k, c in benchmark.seq_length_configs(
+      config, [64, 128], 1024, ["splash"], "tpu"))
+  assert tpu[(64, "splash")] is None  # Not a multiple of 128.
+  assert tpu[(128, "splash")].model.attention_impl == "splash"
+  assert config.data.seq_length == 32  # The caller's config is untouched.
+  with pytest.raises(ValueError, match="--tokens_per_batch=1000"):
+    benchmark.seq_length_configs(config, [64], 1000, ["xla"], "cpu")
