@@ -48,9 +48,8 @@ def check_seq_length(seq_length: int) -> None:
 def _platform() -> str:
   """The mesh's platform (an ahead-of-time TPU compile runs on a CPU host)."""
   mesh = jax.sharding.get_abstract_mesh()
-  if not mesh.empty and getattr(mesh, "platform", None):
-    return mesh.platform
-  return jax.default_backend()
+  device = None if mesh.empty else getattr(mesh, "abstract_device", None)
+  return getattr(device, "platform", None) or jax.default_backend()
 
 
 def _block(seq_length: int) -> int:
