@@ -540,9 +540,14 @@ def compare_seq_lengths(config, seq_lengths: list[int], tokens: int,
   return rows
 
 
-def print_seq_lengths(rows: list[dict], tokens: int):
-  print(f"tokens per batch {tokens}; ratios are per token against the first "
-        "row (measured step time vs the FLOP count of flops.py)")
+def print_seq_lengths(rows: list[dict], tokens: int, config):
+  import jax
+  m = config.model
+  print(f"bert_jax {m.num_hidden_layers}x{m.hidden_size} vocab "
+        f"{m.vocab_size}, {m.dtype}, on {jax.device_count()} "
+        f"{jax.devices()[0].device_kind}; tokens per batch {tokens}; ratios "
+        "are per token against the first row (measured step time vs the "
+        "FLOP count of flops.py)")
   print(f"{'seq':>5} {'attention':22s} {'batch':>5} {'preds':>5} "
         f"{'step ms':>8} {'us/token':>8} {'x time':>7} {'MFLOP/tok':>9} "
         f"{'x flops':>7} {'MFU':>6} {'compile s':>9}")
@@ -596,7 +601,7 @@ def main(argv):
     if F.json:
       print(json.dumps(rows))
     else:
-      print_seq_lengths(rows, tokens)
+      print_seq_lengths(rows, tokens, config)
     return
   if F.variant:
     r = compare_variants(config, F.variant, F.steps, F.rounds, F.warmup)
