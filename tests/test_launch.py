@@ -113,7 +113,8 @@ def test_check_workdir():
   check("/tmp/run", 1)  # One host: any path.
   check("gs://bucket/run", 4)
   check(None, 4)  # No training workdir given: nothing to check.
-  with pytest.raises(ValueError, match="--workdir=/tmp/run is a local path.*gs://"):
+  with pytest.raises(ValueError,
+                     match="--workdir=/tmp/run is a local path.*gs://"):
     check("/tmp/run", 4)
 
 

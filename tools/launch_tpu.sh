@@ -116,16 +116,19 @@ fi
 
 if [[ $SETUP == 1 ]]; then
   REPO=$(cd "$(dirname "$0")/.." && pwd)
-  [[ $DRY_RUN == 1 ]] || tar -C "$REPO" --exclude=.git -czf /tmp/bert_jax_src.tgz .
+  [[ $DRY_RUN == 1 ]] ||
+    tar -C "$REPO" --exclude=.git -czf /tmp/bert_jax_src.tgz .
   run gcloud compute tpus tpu-vm scp /tmp/bert_jax_src.tgz "$TPU_NAME":~/ \
     "${LOC[@]}" --worker=all
-  all_workers "mkdir -p ~/$REMOTE_DIR && tar -C ~/$REMOTE_DIR -xzf ~/bert_jax_src.tgz \
-&& cd ~/$REMOTE_DIR && pip install -q -r requirements.txt 'jax[tpu]==0.10.2'"
+  all_workers "mkdir -p ~/$REMOTE_DIR \
+&& tar -C ~/$REMOTE_DIR -xzf ~/bert_jax_src.tgz && cd ~/$REMOTE_DIR \
+&& pip install -q -r requirements.txt 'jax[tpu]==0.10.2'"
 fi
 
 if [[ $PREFLIGHT == 1 ]]; then
   echo "== preflight on all workers of $TPU_NAME" >&2
-  PF="cd ~/$REMOTE_DIR && python tools/preflight.py --timeout $PREFLIGHT_TIMEOUT"
+  PF="cd ~/$REMOTE_DIR && python tools/preflight.py"
+  PF+=" --timeout $PREFLIGHT_TIMEOUT"
   [[ -n $WORKDIR ]] && PF+=" --workdir $(printf '%q' "$WORKDIR")"
   if ! all_workers "$PF"; then
     echo "error: preflight failed on at least one worker (see above): a" \

@@ -84,7 +84,12 @@ def main(argv=None) -> int:
   try:  # Before anything is compiled.
     check_workdir(args.workdir, jax.process_count())
   except ValueError as e:
-    _fail(str(e))
+    # Every process refuses; leave together, or the coordinator's exit
+    # aborts the others before they print why.
+    print(f"preflight FAILED on {socket.gethostname()}: {e}",
+          file=sys.stderr, flush=True)
+    jax.distributed.shutdown()
+    return 1
 
   # One all-reduce over every device of every process.
   import numpy as np
