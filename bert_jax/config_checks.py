@@ -61,6 +61,9 @@ def _check_data(config) -> None:
   if data.seq_length < 8:
     raise ValueError(f"data.seq_length={data.seq_length} is too short "
                      "(need >= 8).")
+  if model.attention_impl == "splash":
+    from bert_jax import splash  # The kernel's tiling decides.
+    splash.check_seq_length(data.seq_length)
   if not 1 <= data.max_predictions_per_seq <= data.seq_length:
     raise ValueError(
         f"data.max_predictions_per_seq={data.max_predictions_per_seq} must be "

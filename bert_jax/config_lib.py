@@ -52,9 +52,13 @@ def model_config(size: str = "base") -> ml_collections.ConfigDict:
       # "xla": explicit softmax attention (supports attention dropout);
       # "dot_product_attention": jax.nn.dot_product_attention, cuDNN flash
       # attention on GPU in bf16/fp16, XLA elsewhere ("cudnn" forces it).
+      # "splash": the TPU Pallas flash kernel (seq a multiple of 128).
       # The fused kinds have no attention dropout: set
       # attention_probs_dropout_prob=0 to train with them.
       attention_impl="xla",
+      # Tests only: run the splash kernel in the Pallas interpreter, which
+      # works on any backend (slowly).
+      splash_interpret=False,
       # One [d, 3d] matmul for query/key/value (params stay separate).
       fused_qkv=False,
       # Per-block rematerialization: "none", "full", "dots", "dots_no_batch".

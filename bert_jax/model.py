@@ -18,6 +18,7 @@ import ml_collections
 from flax import nnx
 
 from bert_jax import logical
+from bert_jax import splash
 
 # Added to attention scores at padded keys. Scores are float32, so this is
 # finite and far below any real score; a fully padded row stays finite.
@@ -30,7 +31,7 @@ REMAT_POLICIES = {
     "dots": jax.checkpoint_policies.dots_saveable,
     "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
-ATTENTION_IMPLS = ("xla", "dot_product_attention", "cudnn")
+ATTENTION_IMPLS = ("xla", "dot_product_attention", "cudnn", "splash")
 
 
 def _dtype(config: ml_collections.ConfigDict):
@@ -143,6 +144,7 @@ class SelfAttention(nnx.Module):
     self.output_dropout = nnx.Dropout(config.hidden_dropout_prob)
     self.dtype = _dtype(config)
     self.attention_impl = config.attention_impl
+    self.splash_interpret = bool(config.get("splash_interpret", False))
     self.fused_qkv = bool(config.fused_qkv)
 
   def _heads(self, x):
@@ -182,13 +184,16 @@ class SelfAttention(nnx.Module):
     return self._output(ctx.reshape(x.shape), x, deterministic, rngs)
 
   def _fused_attention(self, q, k, v, mask_bias, deterministic):
-    """jax.nn.dot_product_attention, cuDNN on GPU (no attention dropout)."""
+    """dot_product_attention (cuDNN on GPU) or splash (TPU); no dropout."""
     if not deterministic and self.attention_dropout.rate > 0:
       raise ValueError(
           f"model.attention_impl={self.attention_impl!r} has no attention "
           "dropout: set model.attention_probs_dropout_prob=0 to train with it "
           "or use model.attention_impl='xla'.")
     impl = self.attention_impl
+    if impl == "splash":
+      return splash.attention(q, k, v, mask_bias[:, 0, 0, :] == 0,
+                              interpret=self.splash_interpret)
     if impl == "dot_product_attention":
       impl = ("cudnn" if jax.default_backend() == "gpu"
               and self.dtype in (jnp.bfloat16, jnp.float16) else "xla")

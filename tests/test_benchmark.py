@@ -148,3 +148,62 @@ def test_benchmark_cli_json_with_pytorch_peer():
   assert result["pytorch"]["timed_steps"] == 2
   assert result["vs_pytorch"] == pytest.approx(
       result["tokens_per_sec"] / result["pytorch"]["tokens_per_sec"])
+
+
+def test_seq_length_cells_keep_tokens_per_batch():
+  """--seq_lengths: batch = tokens / seq, predictions per token as in the
+  config, one position table for all, kinds that cannot run listed."""
+  config = tiny_config()  # seq 32, 5 predictions, 64 positions.
+  cells = benchmark.seq_length_configs(
+      config, [32, 64, 128], 1024, ["xla", "dot_product_attention", "splash",
+                                    "cudnn"], "cpu")
+  runs = {(t, k): c for t, k, c in cells}
+  assert len(cells) == 12
+  for t in (32, 64, 128):
+    c = runs[(t, "xla")]
+    assert c.train.batch_size * c.data.seq_length == 1024
+    assert c.data.max_predictions_per_seq == 5 * t // 32
+    assert c.model.max_position_embeddings == 128
+    assert c.model.attention_probs_dropout_prob == \
+        config.model.attention_probs_dropout_prob
+    fused = runs[(t, "dot_product_attention")]
+    assert fused.model.attention_impl == "dot_product_attention"
+    assert fused.model.attention_probs_dropout_prob == 0.0
+    assert runs[(t, "splash")] is None and runs[(t, "cudnn")] is None
+  tpu = dict(((t, k), c) for t, k, c in benchmark.seq_length_configs(
+      config, [64, 128], 1024, ["splash"], "tpu"))
+  assert tpu[(64, "splash")] is None  # Not a multiple of 128.
+  assert tpu[(128, "splash")].model.attention_impl == "splash"
+  assert config.data.seq_length == 32  # The caller's config is untouched.
+  with pytest.raises(ValueError, match="--tokens_per_batch=1000"):
+    benchmark.seq_length_configs(config, [64], 1000, ["xla"], "cpu")
+
+
+def test_benchmark_cli_seq_lengths_json():
+  """--seq_lengths: one row per (length, kind); the FLOP ratio is flops.py's."""
+  from bert_jax import flops
+  out = run_tool(
+      "benchmark.py", "--config", os.path.join(REPO, "configs", "tiny.py"),
+      "--seq_lengths", "16,32", "--tokens_per_batch", "128", "--attention",
+      "xla,splash", "--steps", "1", "--rounds", "1", "--warmup", "0",
+      "--json", "--config.model.vocab_size=256",
+      "--config.model.hidden_size=64", "--config.model.num_attention_heads=4",
+      "--config.model.intermediate_size=128", "--config.data.seq_length=32",
+      "--config.data.max_predictions_per_seq=4",
+      "--config.train.peak_tflops=1.0")
+  assert out.returncode == 0, out.stderr[-3000:]
+  rows = json.loads(out.stdout.strip().splitlines()[-1])
+  assert [(r["seq_length"], r["attention"], r["runs"]) for r in rows] == [
+      (16, "xla", True), (16, "splash", False), (32, "xla", True),
+      (32, "splash", False)]
+  short, long = rows[0], rows[2]
+  assert (short["batch_size"], long["batch_size"]) == (8, 4)
+  assert (short["max_predictions_per_seq"],
+          long["max_predictions_per_seq"]) == (2, 4)
+  assert short["time_ratio"] == 1.0 and long["time_ratio"] > 0
+  model = tiny_config().model  # The CLI overrides above.
+  expected = (flops.train_flops_per_token(model, 32, 4)
+              / flops.train_flops_per_token(model, 16, 2))
+  assert long["flops_ratio"] == pytest.approx(expected)
+  assert long["us_per_token"] == pytest.approx(
+      1e6 * long["step_time_p50"] / 128)

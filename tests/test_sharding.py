@@ -288,12 +288,13 @@ def test_tpu_compile_check_table_format():
   assert tool.topology_options("v4:2x2x1") == dict(chip_config_name="megacore")
   assert tool.topology_options("v5e:2x2") == {}
   row = dict(zip(tool.COLUMNS, ["base", "v5e:2x2", "data=1 x fsdp=4 x "
-                                "tensor=1", 4, 316.9, 1260.6, 0.2514, 321.4,
+                                "tensor=1", 512, "splash", 4, 316.9, 1260.6, 0.2514, 321.4,
                                 2512.25, 317.0, 41.2]))
   table = tool.format_table([row, dict(row, config="large")]).splitlines()
   assert len(table) == 4 and table[0].startswith("| config")
   assert set(table[1]) <= set("|-:")
   assert "| base " in table[2] and "0.251" in table[2] and "2,512.2" in table[2]
+  assert "| 512 " in table[2] and "| splash " in table[2]
   assert len({len(line) for line in table}) == 1  # Columns line up.
 
 

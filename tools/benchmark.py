@@ -9,6 +9,13 @@ masked positions, varied padding), so no input pipeline is involved. Reports
 tokens/s, sequences/s, step time p50/p90, compile time, TFLOP/s per device,
 MFU (flops.py) and peak memory.
 
+--seq_lengths 64,128,256,512 measures how cost grows with length: at the
+same tokens per batch (batch = tokens / seq, predictions per token kept as
+in the config, the position table widened to the longest length) with XLA
+attention and each fused kind that runs on this backend, alternating, it
+prints per-token step time against the analytic FLOP count's prediction
+(flops.py: the 12 L T d attention term grows with T).
+
 --compare runs, on the same machine with the same batch shape and dtype, one
 training step of Hugging Face ``FlaxBertForPreTraining`` (transformers 4.57.6,
 the last release with Flax models) and of PyTorch ``BertForPreTraining``
@@ -514,6 +521,101 @@ def compare_variants(config, variants: list[str], steps: int, rounds: int,
   return out
 
 
+# Fused attention kinds and the backends they run on ("xla" runs anywhere).
+ATTENTION_BACKENDS = {"dot_product_attention": ("cpu", "gpu", "tpu"),
+                      "cudnn": ("gpu",), "splash": ("tpu",)}
+
+
+def seq_length_configs(config, seq_lengths: list[int], tokens: int,
+                       attention: list[str], backend: str) -> list:
+  """(seq, kind, config or None if it cannot run here) per measured cell."""
+  base_t, base_p = config.data.seq_length, config.data.max_predictions_per_seq
+  cells = []
+  for t in seq_lengths:
+    if tokens % t:
+      raise ValueError(f"--tokens_per_batch={tokens} is not divisible by "
+                       f"sequence length {t}: pick a multiple of every one.")
+    for kind in attention:
+      runs_here = kind == "xla" or backend in ATTENTION_BACKENDS.get(kind, ())
+      if kind == "splash" and t % 128:
+        runs_here = False
+      if not runs_here:
+        cells.append((t, kind, None))
+        continue
+      c = config.copy_and_resolve_references()
+      c.data.seq_length = t
+      c.train.batch_size = tokens // t
+      c.data.max_predictions_per_seq = max(1, round(base_p * t / base_t))
+      c.model.max_position_embeddings = max(c.model.max_position_embeddings,
+                                            max(seq_lengths))
+      c.model.attention_impl = kind
+      if kind != "xla":  # The fused kernels have no attention dropout.
+        c.model.attention_probs_dropout_prob = 0.0
+      cells.append((t, kind, c))
+  return cells
+
+
+def compare_seq_lengths(config, seq_lengths: list[int], tokens: int,
+                        attention: list[str], steps: int, rounds: int,
+                        warmup: int) -> list[dict]:
+  """Per-token step time per (length, attention kind) vs flops.py."""
+  import jax
+  from bert_jax import flops
+  cells = seq_length_configs(config, seq_lengths, tokens, attention,
+                             jax.default_backend())
+  runners = [(t, kind, c, Ours(c, warmup) if c is not None else None)
+             for t, kind, c in cells]
+  for _ in range(rounds):  # Alternate so that noise hits every cell alike.
+    for *_, r in runners:
+      if r is not None:
+        r.run(steps)
+  rows, first = [], None
+  for t, kind, c, r in runners:
+    if r is None:
+      rows.append(dict(seq_length=t, attention=kind, runs=False))
+      continue
+    p50 = _stats(r.times)["p50"]
+    fpt = flops.train_flops_per_token(c.model, t,
+                                      c.data.max_predictions_per_seq)
+    peak, _ = flops.peak_tflops(c.model.dtype, c.train.peak_tflops)
+    _, mfu = flops.mfu(flops.train_flops_per_step(c), p50,
+                       jax.device_count(), peak)
+    row = dict(seq_length=t, attention=kind, runs=True,
+               batch_size=c.train.batch_size,
+               max_predictions_per_seq=c.data.max_predictions_per_seq,
+               step_time_p50=p50, us_per_token=1e6 * p50 / tokens,
+               flops_per_token=fpt, mfu=mfu,
+               compile_seconds=r.compile_seconds, peak_memory_mb=r.memory_mb)
+    first = first or row  # The shortest length with the first kind.
+    row["time_ratio"] = row["us_per_token"] / first["us_per_token"]
+    row["flops_ratio"] = fpt / first["flops_per_token"]
+    rows.append(row)
+  return rows
+
+
+def print_seq_lengths(rows: list[dict], tokens: int, config):
+  import jax
+  m = config.model
+  print(f"bert_jax {m.num_hidden_layers}x{m.hidden_size} vocab "
+        f"{m.vocab_size}, {m.dtype}, on {jax.device_count()} "
+        f"{jax.devices()[0].device_kind}; tokens per batch {tokens}; ratios "
+        "are per token against the first row (measured step time vs the "
+        "FLOP count of flops.py)")
+  print(f"{'seq':>5} {'attention':22s} {'batch':>5} {'preds':>5} "
+        f"{'step ms':>8} {'us/token':>8} {'x time':>7} {'MFLOP/tok':>9} "
+        f"{'x flops':>7} {'MFU':>6} {'compile s':>9}")
+  for r in rows:
+    if not r["runs"]:
+      print(f"{r['seq_length']:>5} {r['attention']:22s} does not run on this "
+            "backend / length")
+      continue
+    print(f"{r['seq_length']:>5} {r['attention']:22s} {r['batch_size']:>5} "
+          f"{r['max_predictions_per_seq']:>5} {1e3*r['step_time_p50']:>8.1f} "
+          f"{r['us_per_token']:>8.2f} {r['time_ratio']:>7.2f} "
+          f"{r['flops_per_token']/1e6:>9.2f} {r['flops_ratio']:>7.2f} "
+          f"{100*r['mfu']:>5.1f}% {r['compile_seconds']:>9.1f}")
+
+
 def print_human(r: dict):
   c = r["config"]
   print(f"bert_jax {c['layers']}x{c['hidden']} vocab {c['vocab']}, batch "
@@ -543,6 +645,17 @@ def main(argv):
   from absl import flags
   F = flags.FLAGS
   config = F.config
+  if F.seq_lengths:
+    tokens = F.tokens_per_batch or (config.train.batch_size
+                                    * config.data.seq_length)
+    rows = compare_seq_lengths(config, [int(t) for t in F.seq_lengths],
+                               tokens, list(F.attention), F.steps, F.rounds,
+                               F.warmup)
+    if F.json:
+      print(json.dumps(rows))
+    else:
+      print_seq_lengths(rows, tokens, config)
+    return
   if F.variant:
     r = compare_variants(config, F.variant, F.steps, F.rounds, F.warmup)
     if F.json:
@@ -590,6 +703,14 @@ if __name__ == "__main__":
                       "venvs are built (plain venvs pinned from the "
                       "requirements files).")
   flags.DEFINE_bool("json", False, "Print one JSON object.")
+  flags.DEFINE_list("seq_lengths", [], "Instead of peers: these sequence "
+                    "lengths at equal tokens per batch, e.g. 64,128,256,512.")
+  flags.DEFINE_integer("tokens_per_batch", 0, "With --seq_lengths: tokens "
+                       "per batch (default: the config's batch x seq).")
+  flags.DEFINE_list("attention", ["xla", "dot_product_attention", "cudnn",
+                                  "splash"],
+                    "With --seq_lengths: attention kinds (those that cannot "
+                    "run on this backend are listed as such).")
   flags.DEFINE_multi_string(
       "variant", [], "Instead of peers: ours with overrides, alternating with "
       "the base config, e.g. --variant=fused:model.fused_qkv=True "

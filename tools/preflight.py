@@ -7,8 +7,11 @@ before training) or on each GPU host with the same flags as ``bert_jax.main``:
   python tools/preflight.py --coordinator_address=HOST0:1234 \
       --num_processes=2 --process_id=$RANK                    # GPU / CPU hosts
 
-Prints one line per process (index/count, local/global devices, platform)
-and then runs one tiny cross-process all-reduce. Exits 0 when all is well;
+Prints one line per process (index/count, local/global devices, platform),
+refuses a `--workdir` that is not ``gs://`` when there are several processes
+(each host would write its own local directory: checkpoints split across
+hosts), before anything is compiled, and then runs one tiny cross-process
+all-reduce. Exits 0 when all is well;
 otherwise exits 1 with one sentence saying what failed, within --timeout
 seconds instead of hanging on a coordinator that never answers.
 """
@@ -28,6 +31,16 @@ def _fail(message: str) -> None:
   os._exit(1)  # Also from the watchdog thread, past a blocked initialize().
 
 
+def check_workdir(workdir: str | None, process_count: int) -> None:
+  """Several hosts need one shared workdir: a bucket, not a local path."""
+  if process_count > 1 and workdir and not workdir.startswith("gs://"):
+    raise ValueError(
+        f"--workdir={workdir} is a local path but this job has "
+        f"{process_count} processes (a multi-host slice): each host would "
+        "write its own copy. Use storage every host sees, e.g. "
+        "--workdir=gs://BUCKET/run.")
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--coordinator_address", default=None)
@@ -35,6 +48,8 @@ def main(argv=None) -> int:
   p.add_argument("--process_id", type=int, default=None)
   p.add_argument("--timeout", type=int, default=300,
                  help="Seconds to wait for all processes to join.")
+  p.add_argument("--workdir", default=None,
+                 help="The training workdir: must be gs:// on several hosts.")
   p.add_argument("--single", action="store_true",
                  help="Do not initialize jax.distributed (one host).")
   args = p.parse_args(argv)
@@ -66,6 +81,15 @@ def main(argv=None) -> int:
         f"{jax.process_count()}; {jax.local_device_count()} local / "
         f"{jax.device_count()} global devices; platform "
         f"{devices[0].platform} ({devices[0].device_kind})", flush=True)
+  try:  # Before anything is compiled.
+    check_workdir(args.workdir, jax.process_count())
+  except ValueError as e:
+    # Every process refuses; leave together, or the coordinator's exit
+    # aborts the others before they print why.
+    print(f"preflight FAILED on {socket.gethostname()}: {e}",
+          file=sys.stderr, flush=True)
+    jax.distributed.shutdown()
+    return 1
 
   # One all-reduce over every device of every process.
   import numpy as np

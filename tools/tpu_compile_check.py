@@ -12,6 +12,13 @@ according to the state shardings.
   python tools/tpu_compile_check.py --configs configs/base.py \
       --topologies v5e:2x2 --meshes dp,fsdp,tp2 --batch_size 64
 
+  python tools/tpu_compile_check.py --configs configs/base.py \
+      --topologies v5e:2x2 --meshes fsdp --seq_length 512 --attention splash
+
+`--attention` sets model.attention_impl ("splash": the TPU Pallas flash
+kernel); the fused kinds have no attention dropout, so it also sets
+model.attention_probs_dropout_prob=0 for them.
+
 Meshes: dp (data=-1), fsdp (fsdp=-1), tpN (tensor=N, data=-1), or any
 ``data.fsdp.tensor`` triple such as ``1.2.2``.
 """
@@ -25,9 +32,9 @@ import sys
 import time
 
 MB = 2 ** 20
-COLUMNS = ("config", "topology", "mesh", "chips", "params+opt/chip MB",
-           "replicated MB", "ratio", "arguments MB", "temporaries MB",
-           "outputs MB", "compile s")
+COLUMNS = ("config", "topology", "mesh", "seq", "attention", "chips",
+           "params+opt/chip MB", "replicated MB", "ratio", "arguments MB",
+           "temporaries MB", "outputs MB", "compile s")
 
 
 def mesh_overrides(name: str) -> dict:
@@ -75,7 +82,8 @@ def topology_devices(topology: str) -> list:
 
 
 def check(config_path: str, topology: str, mesh_name: str,
-          batch_size: int | None, seq_length: int | None) -> dict:
+          batch_size: int | None, seq_length: int | None,
+          attention: str | None = None) -> dict:
   from bert_jax import config_checks
   from bert_jax import sharding
   from bert_jax import train
@@ -86,6 +94,10 @@ def check(config_path: str, topology: str, mesh_name: str,
     config.train.batch_size = batch_size
   if seq_length:
     config.data.seq_length = seq_length
+  if attention:
+    config.model.attention_impl = attention
+    if attention != "xla":  # The fused kernels have no attention dropout.
+      config.model.attention_probs_dropout_prob = 0.0
   devices = topology_devices(topology)
   config_checks.validate(config, len(devices), check_sources=False)
   mesh = sharding.make_mesh(config.mesh, devices)
@@ -102,6 +114,8 @@ def check(config_path: str, topology: str, mesh_name: str,
       "config": os.path.splitext(os.path.basename(config_path))[0],
       "topology": topology,
       "mesh": sharding.describe(mesh),
+      "seq": config.data.seq_length,
+      "attention": config.model.attention_impl,
       "chips": len(devices),
       "params+opt/chip MB": per_device / MB,
       "replicated MB": total / MB,
@@ -131,9 +145,9 @@ def format_table(rows: list[dict]) -> str:
   widths = [max(len(c), *(len(row[i]) for row in cells))
             for i, c in enumerate(COLUMNS)]
   line = lambda vals: "| " + " | ".join(
-      v.rjust(w) if i >= 3 else v.ljust(w)
+      v.rjust(w) if i >= 5 else v.ljust(w)
       for i, (v, w) in enumerate(zip(vals, widths))) + " |"
-  sep = "|" + "|".join(("-" * (w + 1) + ":" if i >= 3 else "-" * (w + 2))
+  sep = "|" + "|".join(("-" * (w + 1) + ":" if i >= 5 else "-" * (w + 2))
                        for i, w in enumerate(widths)) + "|"
   return "\n".join([line(COLUMNS), sep] + [line(r) for r in cells])
 
@@ -146,6 +160,9 @@ def main(argv=None) -> int:
   parser.add_argument("--batch_size", type=int, default=None,
                       help="Global batch (default: the config's).")
   parser.add_argument("--seq_length", type=int, default=None)
+  parser.add_argument("--attention", default=None,
+                      help="model.attention_impl: xla (default: the "
+                      "config's), dot_product_attention or splash.")
   args = parser.parse_args(argv)
   # Before jax is imported: host side on CPU; without the TPU_* variables
   # libtpu looks for TPU metadata of a GCE VM and complains.
@@ -165,7 +182,7 @@ def main(argv=None) -> int:
     for topology in args.topologies.split(","):
       for mesh_name in args.meshes.split(","):
         row = check(config_path, topology, mesh_name, args.batch_size,
-                    args.seq_length)
+                    args.seq_length, args.attention)
         print(f"compiled {row['config']} on {topology} ({row['mesh']}) in "
               f"{row['compile s']:.1f}s", file=sys.stderr, flush=True)
         rows.append(row)
