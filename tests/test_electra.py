@@ -380,9 +380,10 @@ def test_flops_count_both_networks_and_match_xla():
   per_seq = (t * gen + p * 6 * (16 * 32 + 32 * VOCAB)
              + t * (disc + 6 * (64 * 64 + 64)))
   assert flops.train_flops_per_step(c) == BATCH * per_seq
-  # The compiled loss+gradient agrees within 10% (the formula leaves out
-  # elementwise ops, embedding gathers and the sampling).
-  graphdef, params = nnx.split(make(c), nnx.Param)
+  # The lowered loss+gradient of a wider model agrees within 5% (the
+  # formula leaves out elementwise ops, embedding gathers and the sampling).
+  c.model.update(hidden_size=256, intermediate_size=1024, embedding_size=128)
+  graphdef, params = nnx.split(nnx.eval_shape(lambda: make(c)), nnx.Param)
   batch = {k: jnp.asarray(v) for k, v in masked_batch()[0].items()}
 
   def loss(p):
@@ -391,4 +392,4 @@ def test_flops_count_both_networks_and_match_xla():
     return electra.loss(sums, electra.counts(batch, c), c)
 
   xla = jax.jit(jax.grad(loss)).lower(params).cost_analysis()["flops"]
-  assert xla == pytest.approx(flops.train_flops_per_step(c), rel=0.1)
+  assert xla == pytest.approx(flops.train_flops_per_step(c), rel=0.05)
