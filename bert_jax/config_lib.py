@@ -1,13 +1,22 @@
 """Default config groups shared by every file under configs/.
 
-A config is a ``ConfigDict`` with five groups: ``model`` (field names as in
-Hugging Face ``BertConfig``), ``data``, ``train``, ``mesh`` and ``checkpoint``.
+A config is a ``ConfigDict`` with six groups: ``objective`` (which
+pluggable objective trains), ``model`` (field names as in Hugging Face
+``BertConfig``), ``data``, ``train``, ``mesh`` and ``checkpoint``. Defaults
+are declared here once; code reads fields directly, and configs from
+elsewhere (a checkpoint's meta, an imported model) go through
+:func:`complete` first.
 Files in ``configs/`` call :func:`get_config` with a model size and override
 what they need; users override anything on the command line
 (``--config.train.num_steps=10``).
 """
 
 import ml_collections
+
+TOKENIZER_TYPES = ("sentencepiece", "wordpiece")
+# Sentence-level objective of pretraining batches (data.objective).
+NSP, SOP, PACKED = "nsp", "sop", "packed"
+SENTENCE_OBJECTIVES = (NSP, SOP, PACKED)
 
 # name -> (num_hidden_layers, hidden_size). Turc et al. 2019 / Devlin et al. 2019.
 MODEL_SIZES = {
@@ -109,6 +118,20 @@ def data_config() -> ml_collections.ConfigDict:
   ))
 
 
+def sentence_objective(data: ml_collections.ConfigDict) -> str:
+  """data.objective, with "" resolved from data.nsp."""
+  obj = (data.objective or "").lower()
+  return obj or (NSP if data.nsp else PACKED)
+
+
+def objective_config() -> ml_collections.ConfigDict:
+  """Which pluggable objective trains (`bert_jax/objectives/`), and its
+  family-specific fields (objectives that need more add them here)."""
+  return ml_collections.ConfigDict(dict(
+      name="bert",  # bert: MLM (+ NSP/SOP per data.objective).
+  ))
+
+
 def train_config() -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(
       num_steps=1000,
@@ -193,9 +216,28 @@ def checkpoint_config() -> ml_collections.ConfigDict:
 
 def get_config(size: str = "base") -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
+  config.objective = objective_config()
   config.model = model_config(size)
   config.data = data_config()
   config.train = train_config()
   config.mesh = mesh_config()
   config.checkpoint = checkpoint_config()
   return config
+
+
+def complete(partial, size: str = "base") -> ml_collections.ConfigDict:
+  """A full config: the defaults overlaid with `partial` (a dict or
+  ConfigDict, e.g. an older checkpoint's stored config). Groups or fields
+  missing from `partial` take today's defaults."""
+  config = get_config(size)
+  partial = partial.to_dict() if hasattr(partial, "to_dict") else partial
+  for group, fields in (partial or {}).items():
+    if group in config and isinstance(fields, dict):
+      for key, value in fields.items():
+        config[group][key] = value
+  return config
+
+
+def complete_model(partial) -> ml_collections.ConfigDict:
+  """A full `model` group from a partial one (defaults for missing fields)."""
+  return complete({"model": partial}).model

@@ -48,6 +48,7 @@ import ml_collections
 import numpy as np
 import tensorflow as tf
 
+from bert_jax import config_lib
 from bert_jax import data_sources
 from bert_jax import demo_corpus
 from bert_jax import features
@@ -61,7 +62,7 @@ except (RuntimeError, ValueError):  # already initialized
   pass
 # Autograph adds seconds of tracing per function and none of this code needs it.
 _nc = tf.autograph.experimental.do_not_convert
-NSP, SOP, PACKED = "nsp", "sop", "packed"
+NSP, SOP, PACKED = config_lib.NSP, config_lib.SOP, config_lib.PACKED
 FEATURES = features.PRETRAINING_NAMES
 # Per-block counters carried alongside examples (summed by the iterator).
 STATS = ("lines", "invalid_utf8_lines", "long_lines", "long_sentences",
@@ -75,9 +76,7 @@ _MAX_EPOCHS = 1 << 40
 # -----------------------------------------------------------------------------
 
 
-def objective(data: ml_collections.ConfigDict) -> str:
-  obj = (data.get("objective", "") or "").lower()
-  return obj or (NSP if data.nsp else PACKED)
+objective = config_lib.sentence_objective
 
 
 def _seed(config, *salt: Any) -> np.ndarray:
@@ -204,74 +203,6 @@ def _process_index() -> int:
     return jax.process_index()
   except Exception:  # pylint: disable=broad-except
     return 0
-
-
-def validate(config: ml_collections.ConfigDict,
-             tok: tokenizers.Tokenizer) -> None:
-  """Startup checks; raises ValueError with one sentence naming the fields."""
-  data, model = config.data, config.model
-  if tok.vocab_size > model.vocab_size:
-    raise ValueError(
-        f"Tokenizer vocabulary size {tok.vocab_size} ({tok.path}) exceeds "
-        f"model.vocab_size={model.vocab_size}; set model.vocab_size >= "
-        f"{tok.vocab_size}.")
-  missing = tok.missing_special_tokens
-  if missing:
-    raise ValueError(f"Tokenizer {tok.path} lacks the special token(s) "
-                     f"{', '.join(missing)}.")
-  if data.seq_length > model.max_position_embeddings:
-    raise ValueError(
-        f"data.seq_length={data.seq_length} exceeds "
-        f"model.max_position_embeddings={model.max_position_embeddings}.")
-  if data.seq_length > 4096:
-    raise ValueError(f"data.seq_length={data.seq_length} exceeds the "
-                     "pipeline's limit of 4096.")
-  if data.seq_length < 8:
-    raise ValueError(f"data.seq_length={data.seq_length} is too short "
-                     "(need >= 8).")
-  if not 1 <= data.max_predictions_per_seq <= data.seq_length:
-    raise ValueError(
-        f"data.max_predictions_per_seq={data.max_predictions_per_seq} must be "
-        f"in [1, data.seq_length={data.seq_length}].")
-  if not 0.0 < data.mask_rate <= 1.0:
-    raise ValueError(f"data.mask_rate={data.mask_rate} must be in (0, 1].")
-  if not (0 <= data.mask_token_prob and 0 <= data.random_token_prob
-          and data.mask_token_prob + data.random_token_prob <= 1.0):
-    raise ValueError(
-        f"data.mask_token_prob={data.mask_token_prob} and "
-        f"data.random_token_prob={data.random_token_prob} must be >= 0 and "
-        "sum to <= 1.")
-  obj = objective(data)
-  if obj not in (NSP, SOP, PACKED):
-    raise ValueError(f"data.objective={data.objective!r} must be one of "
-                     "'nsp', 'sop', 'packed' (or '').")
-  if (obj == PACKED) == bool(data.nsp):
-    raise ValueError(f"data.objective={obj!r} conflicts with "
-                     f"data.nsp={data.nsp}: 'nsp'/'sop' need nsp=True, "
-                     "'packed' needs nsp=False.")
-  if obj in (NSP, SOP) and model.get("type_vocab_size", 2) < 2:
-    raise ValueError(f"data.objective={obj!r} needs model.type_vocab_size >= 2"
-                     f", got {model.type_vocab_size}.")
-  if config.train.batch_size < 1:
-    raise ValueError(f"train.batch_size={config.train.batch_size} must be >= 1.")
-  if data.block_lines < 2:
-    raise ValueError(f"data.block_lines={data.block_lines} must be >= 2.")
-  # The corpus: sources wins over train_files, eval_sources over eval_files.
-  fields = [f for pair in (("sources", "train_files"),
-                           ("eval_sources", "eval_files"))
-            for f in pair[:1 if data.get(pair[0], "") else 2]]
-  for field in fields:
-    spec = data.get(field, "")
-    if not spec:
-      continue
-    srcs = (data_sources.parse_sources(spec, f"data.{field}")
-            if field.endswith("sources") else
-            [data_sources.Source(data_sources.TEXT, spec)])
-    for s in srcs:
-      if s.kind == data_sources.TEXT:
-        data_sources.resolve_text_files(s, f"data.{field}")
-      else:
-        data_sources.tfds_builder(s, data.get("tfds_data_dir", ""))
 
 
 # -----------------------------------------------------------------------------

@@ -34,7 +34,7 @@ ATTENTION_IMPLS = ("xla", "dot_product_attention", "cudnn")
 
 
 def _dtype(config: ml_collections.ConfigDict):
-  return jnp.dtype(config.get("dtype", "float32"))
+  return jnp.dtype(config.dtype)
 
 
 def embedding_size(config: ml_collections.ConfigDict) -> int:
@@ -157,8 +157,8 @@ class SelfAttention(nnx.Module):
     self.attention_dropout = nnx.Dropout(config.attention_probs_dropout_prob)
     self.output_dropout = nnx.Dropout(config.hidden_dropout_prob)
     self.dtype = _dtype(config)
-    self.attention_impl = config.get("attention_impl", "xla")
-    self.fused_qkv = bool(config.get("fused_qkv", False))
+    self.attention_impl = config.attention_impl
+    self.fused_qkv = bool(config.fused_qkv)
 
   def _heads(self, x):
     b, t, d = x.shape
@@ -315,7 +315,7 @@ class BertModel(nnx.Module):
     self.embeddings = Embeddings(config, rngs=rngs)
     self.layers = nnx.List(
         [Layer(config, rngs=rngs) for _ in range(config.num_hidden_layers)])
-    self.remat_policy = config.get("remat_policy", "none")
+    self.remat_policy = config.remat_policy
     self.pooler = Dense(config, config.hidden_size, config.hidden_size,
                         ("embed", None), rngs=rngs)
 
@@ -389,10 +389,10 @@ def validate_model_config(config: ml_collections.ConfigDict) -> None:
     raise ValueError(
         f"model.hidden_size={config.hidden_size} is not divisible by "
         f"model.num_attention_heads={config.num_attention_heads}.")
-  if config.get("attention_impl", "xla") not in ATTENTION_IMPLS:
+  if config.attention_impl not in ATTENTION_IMPLS:
     raise ValueError(f"model.attention_impl={config.attention_impl!r} must be "
                      f"one of {ATTENTION_IMPLS}.")
-  remat = config.get("remat_policy", "none")
+  remat = config.remat_policy
   if remat != "none" and remat not in REMAT_POLICIES:
     raise ValueError(f"model.remat_policy={remat!r} must be 'none' or one of "
                      f"{tuple(REMAT_POLICIES)}.")

@@ -30,7 +30,7 @@ DCN_AXES = tuple(f"dcn_{a}" for a in MESH_AXES)
 
 def _slice_count(mesh_config) -> tuple[int, int, int]:
   """Per-axis number of slices (multi-slice / DCN); all 1 on one slice."""
-  sizes = tuple(int(mesh_config.get(a, 1)) for a in DCN_AXES)
+  sizes = tuple(int(mesh_config[a]) for a in DCN_AXES)
   for axis, size in zip(DCN_AXES, sizes):
     if size < 1:
       raise ValueError(f"config.mesh.{axis}={size} must be a positive int "

@@ -23,9 +23,10 @@ from absl import logging
 from flax import nnx
 
 from bert_jax import checkpointing
+from bert_jax import config_checks
 from bert_jax import features
 from bert_jax import flops as flops_lib
-from bert_jax import model as model_lib
+from bert_jax import objectives
 from bert_jax import optim
 from bert_jax import preemption
 from bert_jax import sharding
@@ -33,56 +34,20 @@ from bert_jax import sharding
 
 
 # ==============================================================================
-# Config checks.
-# ==============================================================================
-def validate_config(config: ml_collections.ConfigDict, num_devices: int) -> None:
-  """Stop at startup with one sentence naming the field, not mid-run."""
-  model_lib.validate_model_config(config.model)
-  d, t = config.data, config.train
-  if d.seq_length > config.model.max_position_embeddings:
-    raise ValueError(
-        f"data.seq_length={d.seq_length} exceeds "
-        f"model.max_position_embeddings={config.model.max_position_embeddings}.")
-  if not 0 < d.max_predictions_per_seq <= d.seq_length:
-    raise ValueError(
-        f"data.max_predictions_per_seq={d.max_predictions_per_seq} must be in "
-        f"[1, data.seq_length={d.seq_length}].")
-  if t.num_steps <= 0 or t.batch_size <= 0:
-    raise ValueError(f"train.num_steps={t.num_steps} and train.batch_size="
-                     f"{t.batch_size} must be positive.")
-  mesh_shape = dict(zip(sharding.MESH_AXES,
-                        sharding.mesh_shape(config.mesh, num_devices)))
-  dp = mesh_shape["data"] * mesh_shape["fsdp"]
-  accum = t.get("grad_accum_steps", 1)
-  if t.batch_size % (dp * accum):
-    raise ValueError(
-        f"train.batch_size={t.batch_size} is not divisible by the "
-        f"data-parallel size (mesh.data*mesh.fsdp={dp}) times "
-        f"train.grad_accum_steps={accum}.")
-  if t.batch_size % jax.process_count():
-    raise ValueError(f"train.batch_size={t.batch_size} is not divisible by the "
-                     f"process count {jax.process_count()}.")
-  heads, tp = config.model.num_attention_heads, mesh_shape["tensor"]
-  if heads % tp:
-    raise ValueError(f"model.num_attention_heads={heads} is not divisible by "
-                     f"mesh.tensor={tp}.")
-
-
-# ==============================================================================
 # State: created directly sharded (eval_shape -> shardings -> jitted init).
 # ==============================================================================
-def abstract_model(model_config: ml_collections.ConfigDict):
-  return nnx.eval_shape(
-      lambda: model_lib.BertForPreTraining(model_config, rngs=nnx.Rngs(0)))
+def abstract_model(config: ml_collections.ConfigDict, objective=None):
+  objective = objective or objectives.for_config(config)
+  return nnx.eval_shape(lambda: objective.make_model(config, nnx.Rngs(0)))
 
 
-def init_state_fn(model_config, tx, seed: int):
+def init_state_fn(config, objective, tx):
   """A function () -> train state; jitted with out_shardings, never run eagerly."""
 
   def init():
-    root = jax.random.key(seed)
-    model = model_lib.BertForPreTraining(
-        model_config, rngs=nnx.Rngs(params=jax.random.fold_in(root, 0)))
+    root = jax.random.key(config.train.seed)
+    model = objective.make_model(
+        config, nnx.Rngs(params=jax.random.fold_in(root, 0)))
     params = nnx.state(model, nnx.Param).to_pure_dict()
     return dict(
         step=jnp.zeros((), jnp.int32),
@@ -96,9 +61,8 @@ def init_state_fn(model_config, tx, seed: int):
   return init
 
 
-def state_shardings(config, mesh, tx, abstract_state):
-  graphdef, abs_params = nnx.split(abstract_model(config.model), nnx.Param)
-  del graphdef
+def state_shardings(config, mesh, tx, abstract_state, objective):
+  _, abs_params = nnx.split(abstract_model(config, objective), nnx.Param)
   params = sharding.param_shardings(abs_params, mesh,
                                     sharding.rules(config.mesh))
   rep = sharding.replicated(mesh)
@@ -107,46 +71,6 @@ def state_shardings(config, mesh, tx, abstract_state):
       opt_state=sharding.opt_state_shardings(tx, abstract_state["opt_state"],
                                              params, mesh),
       nonfinite_steps=rep, nonfinite_in_a_row=rep)
-
-
-# ==============================================================================
-# Loss.
-# ==============================================================================
-def forward(graphdef, params, batch, dropout_key=None):
-  model = nnx.merge(graphdef, params)
-  rngs = None if dropout_key is None else nnx.Rngs(dropout=dropout_key)
-  return model(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
-               batch["masked_lm_positions"],
-               deterministic=dropout_key is None, rngs=rngs)
-
-
-def loss_sums(outputs, batch):
-  """Per-batch sums (not means), so that any split of the batch adds up."""
-  logits = outputs["mlm_logits"].astype(jnp.float32)
-  ids, w = batch["masked_lm_ids"], batch["masked_lm_weights"]
-  logp = jax.nn.log_softmax(logits, axis=-1)
-  nll = -jnp.take_along_axis(logp, ids[..., None], axis=-1)[..., 0]
-  nsp_logits = outputs["nsp_logits"].astype(jnp.float32)
-  labels = batch["next_sentence_labels"]
-  nsp_nll = -jnp.take_along_axis(jax.nn.log_softmax(nsp_logits),
-                                 labels[:, None], axis=-1)[:, 0]
-  return dict(
-      mlm_loss=jnp.sum(nll * w),
-      mlm_correct=jnp.sum((jnp.argmax(logits, -1) == ids) * w),
-      mlm_weight=jnp.sum(w),
-      nsp_loss=jnp.sum(nsp_nll),
-      nsp_correct=jnp.sum(jnp.argmax(nsp_logits, -1) == labels).astype(
-          jnp.float32),
-      nsp_count=jnp.asarray(labels.shape[0], jnp.float32),
-  )
-
-
-def objective(sums, mlm_denominator, nsp_denominator, use_nsp: bool):
-  """Global normalisation: MLM sum / global masked count (+ NSP mean)."""
-  loss = sums["mlm_loss"] / mlm_denominator
-  if use_nsp:
-    loss = loss + sums["nsp_loss"] / nsp_denominator
-  return loss
 
 
 # ==============================================================================
@@ -161,18 +85,21 @@ def _microbatches(batch, k: int):
   return jax.tree.map(split, batch)
 
 
-def train_step(state, batch, *, graphdef, tx, config):
-  """One optimizer update on a global batch; returns (state, metrics)."""
-  use_nsp = bool(config.data.nsp)
-  accum = int(config.train.get("grad_accum_steps", 1))
+def train_step(state, batch, *, graphdef, tx, config, objective):
+  """One optimizer update on a global batch; returns (state, metrics).
+
+  The objective's loss is normalised by counts of the whole global batch,
+  so gradient accumulation and any mesh give the same update.
+  """
+  accum = int(config.train.grad_accum_steps)
   step = state["step"]
   key = jax.random.fold_in(jax.random.wrap_key_data(state["rng"]), step)
-  mlm_den = jnp.maximum(jnp.sum(batch["masked_lm_weights"]), 1.0)
-  nsp_den = jnp.asarray(batch["next_sentence_labels"].shape[0], jnp.float32)
+  counts = objective.counts(batch, config)
 
   def loss_fn(params, micro, micro_key):
-    sums = loss_sums(forward(graphdef, params, micro, micro_key), micro)
-    return objective(sums, mlm_den, nsp_den, use_nsp), sums
+    model = nnx.merge(graphdef, params)
+    sums = objective.loss_sums(model, micro, micro_key, False, config)
+    return objective.loss(sums, counts, config), sums
 
   grad_fn = jax.grad(loss_fn, has_aux=True)
   params = state["params"]
@@ -186,13 +113,14 @@ def train_step(state, batch, *, graphdef, tx, config):
       return (jax.tree.map(jnp.add, g_acc, g),
               jax.tree.map(jnp.add, s_acc, s)), None
     zeros_g = jax.tree.map(jnp.zeros_like, params)
-    zeros_s = jax.tree.map(lambda x: jnp.zeros((), jnp.float32),
-                           loss_sums_shape())
+    first = jax.tree.map(lambda x: x[0], _microbatches(batch, accum))
+    sums_shape = jax.eval_shape(lambda: loss_fn(params, first, key)[1])
+    zeros_s = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), sums_shape)
     (grads, sums), _ = jax.lax.scan(
         body, (zeros_g, zeros_s), (_microbatches(batch, accum),
                                    jnp.arange(accum)))
 
-  loss = objective(sums, mlm_den, nsp_den, use_nsp)
+  loss = objective.loss(sums, counts, config)
   grad_norm = optax.tree.norm(grads)
   updates, new_opt_state = tx.update(grads, state["opt_state"], params)
   new_params = optax.apply_updates(params, updates)
@@ -211,40 +139,30 @@ def train_step(state, batch, *, graphdef, tx, config):
       nonfinite_in_a_row=jnp.where(finite, 0, state["nonfinite_in_a_row"] + 1),
   )
   schedule = optim.learning_rate_schedule(config.train)
-  metrics = dict(
-      loss=loss,
-      mlm_loss=sums["mlm_loss"] / mlm_den,
-      mlm_accuracy=sums["mlm_correct"] / mlm_den,
-      nsp_loss=sums["nsp_loss"] / nsp_den,
-      nsp_accuracy=sums["nsp_correct"] / nsp_den,
-      learning_rate=schedule(step),
-      grad_norm=grad_norm,
-      finite=finite,
-  )
+  metrics = dict(objective.metrics(sums, counts, config),
+                 learning_rate=schedule(step), grad_norm=grad_norm,
+                 finite=finite)
+  metrics["loss"] = loss
   return new_state, metrics
 
 
-def loss_sums_shape():
-  return dict.fromkeys(("mlm_loss", "mlm_correct", "mlm_weight", "nsp_loss",
-                        "nsp_correct", "nsp_count"), 0.0)
+def batch_loss(params, batch, *, graphdef, config, objective, rng=None):
+  """The train step's loss on one whole batch, without dropout when `rng`
+  is None: what tests and tools differentiate to compare with a step."""
+  model = nnx.merge(graphdef, params)
+  key = jax.random.key(0) if rng is None else rng
+  sums = objective.loss_sums(model, batch, key, rng is None, config)
+  return objective.loss(sums, objective.counts(batch, config), config)
 
 
 # ==============================================================================
-# Eval step.
+# Eval step: per-batch sums, added up on the host.
 # ==============================================================================
-def eval_step(params, batch, *, graphdef):
-  return loss_sums(forward(graphdef, params, batch), batch)
-
-
-def summarize_eval(sums: dict) -> dict:
-  mlm_den = max(sums["mlm_weight"], 1.0)
-  nsp_den = max(sums["nsp_count"], 1.0)
-  return dict(
-      mlm_loss=sums["mlm_loss"] / mlm_den,
-      mlm_accuracy=sums["mlm_correct"] / mlm_den,
-      nsp_loss=sums["nsp_loss"] / nsp_den,
-      nsp_accuracy=sums["nsp_correct"] / nsp_den,
-  )
+def eval_step(params, batch, rng, *, graphdef, config, objective):
+  """Sums of one eval batch; `rng` only feeds objectives that sample."""
+  model = nnx.merge(graphdef, params)
+  return objective.loss_sums(model, batch, jax.random.wrap_key_data(rng),
+                             True, config)
 
 
 # ==============================================================================
@@ -258,15 +176,17 @@ class Programs:
   activation constraints see the mesh and rules.
   """
 
-  def __init__(self, config: ml_collections.ConfigDict, mesh):
+  def __init__(self, config: ml_collections.ConfigDict, mesh, objective=None):
+    """`objective` defaults to the one `config.objective.name` names."""
     self.config, self.mesh = config, mesh
+    self.objective = objective = objective or objectives.for_config(config)
     self.rules = sharding.rules(config.mesh)
     self.tx = optim.make_optimizer(config.train)
-    self.graphdef = nnx.split(abstract_model(config.model), nnx.Param)[0]
-    init = init_state_fn(config.model, self.tx, config.train.seed)
+    self.graphdef = nnx.split(abstract_model(config, objective), nnx.Param)[0]
+    init = init_state_fn(config, objective, self.tx)
     abstract_state = jax.eval_shape(init)
     self.state_sharding = state_shardings(config, mesh, self.tx,
-                                          abstract_state)
+                                          abstract_state, objective)
     self.abstract_state = jax.tree.map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
         abstract_state, self.state_sharding)
@@ -275,14 +195,22 @@ class Programs:
     self.init = jax.jit(init, out_shardings=self.state_sharding)
     self.train_step = jax.jit(
         functools.partial(train_step, graphdef=self.graphdef, tx=self.tx,
-                          config=config),
+                          config=config, objective=objective),
         in_shardings=(self.state_sharding, self.batch_sharding),
         out_shardings=(self.state_sharding, replicated),
         donate_argnums=(0,))
     self.eval_step = jax.jit(
-        functools.partial(eval_step, graphdef=self.graphdef),
-        in_shardings=(self.state_sharding["params"], self.batch_sharding),
+        functools.partial(eval_step, graphdef=self.graphdef, config=config,
+                          objective=objective),
+        in_shardings=(self.state_sharding["params"], self.batch_sharding,
+                      replicated),
         out_shardings=replicated)
+
+  def eval_rng(self, index: int) -> jax.Array:
+    """Key data for eval batch `index`: the same every evaluation."""
+    # Salt 2: the init key uses 0 (params) and 1 (train state rng).
+    key = jax.random.fold_in(jax.random.key(self.config.train.seed), 2)
+    return jax.random.key_data(jax.random.fold_in(key, index))
 
   def context(self):
     return sharding.logical_context(self.mesh, self.rules)
@@ -290,7 +218,8 @@ class Programs:
   def batch_spec(self, global_batch_size: int) -> dict:
     """ShapeDtypeStructs of a global batch, for ahead-of-time lowering."""
     shapes = features.batch_shapes(
-        features.PRETRAINING, global_batch_size, self.config.data.seq_length,
+        self.objective.feature_spec(self.config), global_batch_size,
+        self.config.data.seq_length,
         self.config.data.max_predictions_per_seq)
     return {k: jax.ShapeDtypeStruct(s, d, sharding=self.batch_sharding)
             for k, (s, d) in shapes.items()}
@@ -390,10 +319,9 @@ class Trainer:
   def __init__(self, config: ml_collections.ConfigDict, workdir: str):
     from bert_jax import input_pipeline  # TensorFlow: only when training.
 
-    self.config, self.workdir = config, workdir
-    validate_config(config, jax.device_count())
+    self.config, self.workdir = config, workdir  # Validated by the caller.
     self.tokenizer = input_pipeline.load_tokenizer(config.data, workdir)
-    input_pipeline.validate(config, self.tokenizer)
+    config_checks.check_tokenizer(config, self.tokenizer)
 
     # ---- Mesh.
     self.mesh = sharding.make_mesh(config.mesh)
@@ -429,8 +357,8 @@ class Trainer:
           p.abstract_state, p.batch_spec(self.config.train.batch_size)).compile()
       self.eval_step = p.eval_step.lower(
           p.abstract_state["params"],
-          p.batch_spec(self._eval_local_batch_size() * jax.process_count())
-      ).compile()
+          p.batch_spec(self._eval_local_batch_size() * jax.process_count()),
+          p.eval_rng(0)).compile()
     self.compile_seconds = time.time() - start
     mem = self.train_step.memory_analysis()
     if mem is not None:
@@ -461,7 +389,7 @@ class Trainer:
       return state
     with self._context():
       state = self.programs.init()
-    init_from = self.config.train.get("init_from", "")
+    init_from = self.config.train.init_from
     if init_from:
       state = dict(state, params=self._init_params(init_from))
     return state
@@ -486,12 +414,19 @@ class Trainer:
     return checkpointing.place_params(params, abstract, source=path)
 
   def evaluate(self, params) -> dict:
-    totals = loss_sums_shape()
-    for local in self.eval_batches:
+    """The objective's metrics over all eval batches (sums added in float64)."""
+    totals = {}
+    for i, local in enumerate(self.eval_batches):
       batch = sharding.global_batch(local, self.batch_sharding)
-      sums = jax.device_get(self.eval_step(params, batch))
-      totals = {k: totals[k] + float(sums[k]) for k in totals}
-    return summarize_eval(totals)
+      sums = jax.device_get(self.eval_step(params, batch,
+                                           self.programs.eval_rng(i)))
+      totals = {k: totals.get(k, 0.0) + float(v) for k, v in sums.items()}
+    return {k: float(v) for k, v in
+            self.programs.objective.metrics(totals, totals, self.config).items()}
+
+  def _format(self, metrics: dict) -> str:
+    return "  ".join(f"{label} {metrics[key]:.4f}" for label, key in
+                     self.programs.objective.log_keys)
 
   def run(self) -> dict:
     config, train = self.config, self.config.train
@@ -499,8 +434,7 @@ class Trainer:
     start_step = int(jax.device_get(state["step"]))
     # ---- Stop safely: non-finite policy and preemption (SIGTERM).
     self._nonfinite = preemption.NonFiniteMonitor(
-        train.get("nonfinite_policy", "skip"),
-        train.get("max_nonfinite_in_a_row", 10),
+        train.nonfinite_policy, train.max_nonfinite_in_a_row,
         in_a_row=int(jax.device_get(state["nonfinite_in_a_row"])),
         total=int(jax.device_get(state["nonfinite_steps"])))
     self._nonfinite.last_checkpoint = self.checkpointer.latest_step()
@@ -509,7 +443,7 @@ class Trainer:
     tokens_per_step = train.batch_size * config.data.seq_length
     flops_per_step = flops_lib.train_flops_per_step(config)
     peak, peak_source = flops_lib.peak_tflops(
-        config.model.dtype, train.get("peak_tflops", 0.0))
+        config.model.dtype, train.peak_tflops)
     logging.info("%.3g training TFLOPs per step; peak %.1f TFLOP/s per device "
                  "(%s, %s).", flops_per_step / 1e12, peak, peak_source,
                  config.model.dtype)
@@ -537,23 +471,18 @@ class Trainer:
             jax.device_count(), peak)
         eta = (train.num_steps - done) * tokens_per_step / max(tps, 1e-9)
         logging.info(
-            "step %d/%d  loss %.4f  mlm_acc %.4f  nsp_acc %.4f  lr %.2e  "
-            "grad_norm %.3f  tokens/s %.0f  MFU %.1f%%  ETA %s", done,
-            train.num_steps, metrics["loss"], metrics["mlm_accuracy"],
-            metrics["nsp_accuracy"], metrics["learning_rate"],
+            "step %d/%d  %s  lr %.2e  grad_norm %.3f  tokens/s %.0f  "
+            "MFU %.1f%%  ETA %s", done, train.num_steps,
+            self._format(metrics), metrics["learning_rate"],
             metrics["grad_norm"], tps, 100 * metrics["mfu"],
             format_duration(eta))
         writer.write(done, "train", metrics)
         last_metrics = metrics
       if done % train.eval_every == 0 or is_last:
         eval_metrics = self.evaluate(state["params"])
-        eval_metrics["loss"] = eval_metrics["mlm_loss"] + (
-            eval_metrics["nsp_loss"] if config.data.nsp else 0.0)
         eval_metrics["unigram_accuracy"] = self.unigram_accuracy
-        logging.info("eval step %d  mlm_loss %.4f  mlm_acc %.4f (unigram "
-                     "baseline %.4f)  nsp_acc %.4f", done,
-                     eval_metrics["mlm_loss"], eval_metrics["mlm_accuracy"],
-                     self.unigram_accuracy, eval_metrics["nsp_accuracy"])
+        logging.info("eval step %d  %s  (MLM unigram baseline %.4f)", done,
+                     self._format(eval_metrics), self.unigram_accuracy)
         writer.write(done, "eval", eval_metrics)
         last_metrics = {**last_metrics,
                         **{f"eval_{k}": v for k, v in eval_metrics.items()}}
@@ -589,7 +518,8 @@ class Trainer:
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Train per `config` in `workdir`, resuming from its latest checkpoint."""
-  validate_config(config, jax.device_count())  # Before touching the workdir.
+  # Every check, before the workdir, corpus or tokenizer is written.
+  config_checks.validate(config, jax.device_count(), jax.process_count())
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   tf.io.gfile.makedirs(workdir)  # Local or gs://.
   checkpointing.check_workdir_shared(workdir)  # Multi-host: one storage.

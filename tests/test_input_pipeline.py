@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from bert_jax import config_checks
 from bert_jax import config_lib
 from bert_jax import data_sources
 from bert_jax import demo_corpus
@@ -297,46 +298,52 @@ def test_bad_data_is_skipped_and_counted(uniq, tmp_path):
   assert st["blank_lines"] >= 3, st
 
 
+def _validate(config, tok):
+  """The startup checks the trainer runs: the config, then the tokenizer."""
+  config_checks.validate(config, num_devices=1)
+  config_checks.check_tokenizer(config, tok)
+
+
 def test_empty_corpus_raises_not_hangs(uniq, tmp_path):
   tok = uniq["tok"]
   (tmp_path / "e1.txt").write_bytes(b"")
   c = make_config(str(tmp_path / "e1.txt"), tok.path)
   with pytest.raises(ValueError, match="e1.txt"):
-    ip.validate(c, tok)
+    _validate(c, tok)
   (tmp_path / "ws.txt").write_text("   \n\n\t\n \n")
   c = make_config(str(tmp_path / "ws.txt"), tok.path)
   with pytest.raises(ValueError, match="produced no examples"):
     ip.create_train_iterator(c, tok, str(tmp_path))
   c = make_config(str(tmp_path / "missing-*.txt"), tok.path)
   with pytest.raises(ValueError, match="missing-"):
-    ip.validate(c, tok)
+    _validate(c, tok)
 
 
 def test_validate_messages(uniq):
   tok = uniq["tok"]
   c = make_config(uniq["glob"], tok.path)
-  ip.validate(c, tok)
+  _validate(c, tok)
   c.model.vocab_size = 1000
   with pytest.raises(ValueError, match=r"model.vocab_size=1000"):
-    ip.validate(c, tok)
+    _validate(c, tok)
   c = make_config(uniq["glob"], tok.path, eval_files="/nonexistent/ev-*.txt")
   with pytest.raises(ValueError, match=r"data.eval_files.*ev-\*"):
-    ip.validate(c, tok)
+    _validate(c, tok)
   c = make_config(uniq["glob"], tok.path, seq_length=1024)
   with pytest.raises(ValueError, match=r"seq_length=1024.*max_position_embeddings=512"):
-    ip.validate(c, tok)
+    _validate(c, tok)
   c = make_config(uniq["glob"], tok.path, max_predictions_per_seq=40)
   with pytest.raises(ValueError, match="max_predictions_per_seq=40"):
-    ip.validate(c, tok)
+    _validate(c, tok)
   c = make_config(uniq["glob"], tok.path, objective="packed")
   c.data.nsp = True
   with pytest.raises(ValueError, match="conflicts"):
-    ip.validate(c, tok)
+    _validate(c, tok)
   no_mask = tokenizers.WordPieceTokenizer(
       [p for p in tok.pieces if p != "[MASK]"], lower_case=True, path="v.txt")
   c = make_config(uniq["glob"], tok.path)
   with pytest.raises(ValueError, match=r"\[MASK\]"):
-    ip.validate(c, no_mask)
+    _validate(c, no_mask)
 
 
 # --- TFDS ---------------------------------------------------------------------
@@ -375,7 +382,7 @@ def test_tfds_source_mixed_with_text(uniq, tmp_path):
   files = sorted(tf.io.gfile.glob(uniq["glob"]))
   c = make_config("", tok.path, sources=f"tfds:{name}:train@1;{files[3]}@1",
                   tfds_data_dir=str(tmp_path / "tfds"), shuffle_buffer=0)
-  ip.validate(c, tok)
+  _validate(c, tok)
   it = ip.create_train_iterator(c, tok, str(tmp_path))
   b = next(it)
   assert b["input_ids"].shape == (16, T)
@@ -404,7 +411,7 @@ def test_demo_corpus_default_path(tmp_path):
   wd = str(tmp_path)
   tok = ip.load_tokenizer(c.data, wd)
   assert tok.vocab_size <= 500
-  ip.validate(c, tok)
+  _validate(c, tok)
   it = ip.create_train_iterator(c, tok, wd)
   b = next(it)
   assert b["input_ids"].shape == (8, 64)

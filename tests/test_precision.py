@@ -21,6 +21,7 @@ from flax import nnx
 from bert_jax import config_lib
 from bert_jax import model as model_lib
 from bert_jax import sharding
+from bert_jax import objectives
 from bert_jax import train
 
 LOSS_RTOL = 1e-2
@@ -70,7 +71,7 @@ def _params():
 
 
 def make_model(config):
-  graphdef = nnx.split(train.abstract_model(config.model), nnx.Param)[0]
+  graphdef = nnx.split(train.abstract_model(config), nnx.Param)[0]
   return nnx.merge(graphdef, _params())
 
 
@@ -128,12 +129,12 @@ def test_compute_dtype_is_bf16_and_outputs_are_fp32():
 
 
 def _loss_and_grads(config, params, b):
-  graphdef = nnx.split(train.abstract_model(config.model), nnx.Param)[0]
+  graphdef = nnx.split(train.abstract_model(config), nnx.Param)[0]
+  objective = objectives.get("bert")
 
   def loss(p):
-    sums = train.loss_sums(train.forward(graphdef, p, b), b)
-    return train.objective(sums, jnp.maximum(sums["mlm_weight"], 1.0),
-                           float(BATCH), True)
+    return train.batch_loss(p, b, graphdef=graphdef, config=config,
+                            objective=objective)
 
   return jax.jit(jax.value_and_grad(loss))(params)
 

@@ -59,20 +59,12 @@ def _device0_fraction(tree) -> float:
 def grads_program(programs):
   """jit(grad(loss)) with the same shardings and loss as the train step."""
   import jax
-  import jax.numpy as jnp
   from bert_jax import train
 
-  use_nsp = bool(programs.config.data.nsp)
-
   def grads(params, batch):
-    mlm_den = jnp.maximum(jnp.sum(batch["masked_lm_weights"]), 1.0)
-    nsp_den = jnp.asarray(batch["next_sentence_labels"].shape[0], jnp.float32)
-
-    def loss(p):
-      sums = train.loss_sums(train.forward(programs.graphdef, p, batch), batch)
-      return train.objective(sums, mlm_den, nsp_den, use_nsp)
-
-    return jax.grad(loss)(params)
+    return jax.grad(lambda p: train.batch_loss(
+        p, batch, graphdef=programs.graphdef, config=programs.config,
+        objective=programs.objective))(params)
 
   params_sharding = programs.state_sharding["params"]
   return jax.jit(grads, in_shardings=(params_sharding,
@@ -280,17 +272,17 @@ def test_mesh_shape_errors_name_the_field(kw, match):
 
 
 def test_validate_config_rejects_heads_not_divisible_by_tensor():
-  from bert_jax import train
+  from bert_jax import config_checks
   config = tiny_config(data=1, tensor=8)  # 4 heads over 8 tensor shards.
   with pytest.raises(ValueError, match="num_attention_heads=4 .*mesh.tensor=8"):
-    train.validate_config(config, 8)
+    config_checks.validate(config, 8)
 
 
 def test_validate_config_rejects_batch_not_divisible_by_dp_times_accum():
-  from bert_jax import train
+  from bert_jax import config_checks
   config = tiny_config(data=8, accum=4)  # 16 rows over 8 replicas x 4 micro.
   with pytest.raises(ValueError, match="batch_size=16"):
-    train.validate_config(config, 8)
+    config_checks.validate(config, 8)
 
 
 def test_tpu_compile_check_table_format():

@@ -7,6 +7,7 @@ import jax
 import numpy as np
 import pytest
 
+from bert_jax import config_checks
 from bert_jax import train
 from tests.conftest import run_main, tiny_config
 
@@ -75,7 +76,7 @@ def test_batch_not_divisible_by_data_parallel_size_names_both():
   config.train.batch_size = 12
   with pytest.raises(ValueError, match=r"train.batch_size=12 .*mesh.data\*"
                      r"mesh.fsdp=8"):
-    train.validate_config(config, num_devices=8)
+    config_checks.validate(config, num_devices=8)
 
 
 def test_loop_reads_device_only_at_log_steps_and_compiles_once(

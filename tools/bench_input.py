@@ -28,6 +28,7 @@ from ml_collections import config_flags
 import numpy as np
 import tensorflow as tf
 
+from bert_jax import config_checks
 from bert_jax import config_lib
 from bert_jax import demo_corpus
 from bert_jax import input_pipeline as ip
@@ -106,7 +107,7 @@ def main(argv):
     config.data.tokenizer_train_sentences = 200_000
     tok = ip.load_tokenizer(config.data, wd)
     config.model.vocab_size = max(config.model.vocab_size, tok.vocab_size)
-    ip.validate(config, tok)
+    config_checks.check_tokenizer(config, tok)
 
     # (a) Whole pipeline, masking in the tf.data graph.
     it = ip.create_train_iterator(config, tok, wd)

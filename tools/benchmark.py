@@ -260,18 +260,27 @@ def ensure_flax_venv(path: str) -> str:
 # ==============================================================================
 # Ours.
 # ==============================================================================
-def _forward_full_logits(graphdef, params, batch, dropout_key=None):
-  """Ablation of the masked-position gather: vocabulary logits at every
-  position (as HF), then the masked ones picked for the same loss."""
-  from flax import nnx
+def full_logits_objective():
+  """Ablation of the masked-position gather: BERT's objective with
+  vocabulary logits at every position (as HF), then the masked ones picked
+  for the same loss. Plugged into the train step like any objective."""
+  import dataclasses
   import jax.numpy as jnp
-  model = nnx.merge(graphdef, params)
-  rngs = None if dropout_key is None else nnx.Rngs(dropout=dropout_key)
-  out = model(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
-              None, deterministic=dropout_key is None, rngs=rngs)
-  out["mlm_logits"] = jnp.take_along_axis(
-      out["mlm_logits"], batch["masked_lm_positions"][..., None], axis=1)
-  return out
+  from flax import nnx
+  from bert_jax.objectives import bert
+
+  def loss_sums(model, batch, rng, deterministic, config):
+    del config
+    rngs = None if deterministic else nnx.Rngs(dropout=rng)
+    out = model(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
+                None, deterministic=deterministic, rngs=rngs)
+    mlm_logits = jnp.take_along_axis(
+        out["mlm_logits"], batch["masked_lm_positions"][..., None], axis=1)
+    return {**bert.mlm_sums(mlm_logits, batch),
+            **bert.pair_sums(out["nsp_logits"], batch["next_sentence_labels"])}
+
+  return dataclasses.replace(bert.OBJECTIVE, name="bert_full_logits",
+                             loss_sums=loss_sums)
 
 
 class Ours:
@@ -285,18 +294,17 @@ class Ours:
     self.jax = jax
     self.config, self.times = config, []
     self.mesh = sharding.make_mesh(config.mesh)
-    self.programs = p = train.Programs(config, self.mesh)
+    from bert_jax import config_checks
+    # The trainer's startup checks: one sentence, not a broadcasting error.
+    config_checks.validate(config, jax.device_count(), jax.process_count(),
+                           check_sources=False)
+    objective = None if gather else full_logits_objective()
+    self.programs = p = train.Programs(config, self.mesh, objective)
     b, d = config.train.batch_size, config.data
-    forward = train.forward
     with p.context():
       t0 = time.perf_counter()
-      if not gather:  # train_step looks `forward` up when it is traced.
-        train.forward = _forward_full_logits
-      try:
-        self.step = p.train_step.lower(p.abstract_state,
-                                       p.batch_spec(b)).compile()
-      finally:
-        train.forward = forward
+      self.step = p.train_step.lower(p.abstract_state,
+                                     p.batch_spec(b)).compile()
       self.compile_seconds = time.perf_counter() - t0
       self.state = p.init()
     mem = self.step.memory_analysis()
@@ -345,7 +353,7 @@ def benchmark(config, steps: int, rounds: int, warmup: int, compare: bool,
   dtype = config.model.dtype
   tokens_per_step = b * t
   peak, peak_source = flops.peak_tflops(dtype,
-                                        config.train.get("peak_tflops", 0.0))
+                                        config.train.peak_tflops)
   ours = Ours(config, warmup)
   runners = [("ours", ours)]
   if compare:
@@ -441,7 +449,7 @@ def compare_variants(config, variants: list[str], steps: int, rounds: int,
   out = {}
   for name, c, r in runners:
     p50 = _stats(r.times)["p50"]
-    peak, _ = flops.peak_tflops(c.model.dtype, c.train.get("peak_tflops", 0.0))
+    peak, _ = flops.peak_tflops(c.model.dtype, c.train.peak_tflops)
     _, mfu = flops.mfu(flops.train_flops_per_step(c), p50, jax.device_count(),
                        peak)
     out[name] = dict(tokens_per_sec=tokens / p50, step_time_p50=p50, mfu=mfu,

@@ -21,6 +21,7 @@ from absl import flags
 from ml_collections import config_flags
 import numpy as np
 
+from bert_jax import config_checks
 from bert_jax import input_pipeline
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.")
@@ -70,8 +71,9 @@ def main(argv):
   del argv
   config = _CONFIG.value
   workdir = _WORKDIR.value
+  config_checks.validate(config, num_devices=1)  # Before any file is written.
   tok = input_pipeline.load_tokenizer(config.data, workdir)
-  input_pipeline.validate(config, tok)
+  config_checks.check_tokenizer(config, tok)
   print(repr(tok))
   if _EVAL.value:
     config.data.num_eval_batches = _NUM_BATCHES.value

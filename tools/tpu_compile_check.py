@@ -78,6 +78,7 @@ def topology_devices(topology: str) -> list:
 
 def check(config_path: str, topology: str, mesh_name: str,
           batch_size: int | None, seq_length: int | None) -> dict:
+  from bert_jax import config_checks
   from bert_jax import sharding
   from bert_jax import train
 
@@ -88,7 +89,7 @@ def check(config_path: str, topology: str, mesh_name: str,
   if seq_length:
     config.data.seq_length = seq_length
   devices = topology_devices(topology)
-  train.validate_config(config, len(devices))
+  config_checks.validate(config, len(devices), check_sources=False)
   mesh = sharding.make_mesh(config.mesh, devices)
   programs = train.Programs(config, mesh)
   start = time.time()

@@ -1,0 +1,74 @@
+"""Pluggable objectives: what differs between BERT, ELECTRA, ... and tasks.
+
+The trainer, mesh, checkpoints and input pipeline are shared. What a model
+family (or a fine-tuning task) adds is one :class:`Objective`: how to build
+its model(s), which batch features it reads, and its loss and metrics as pure
+functions. The train step receives the objective as an argument, so nothing
+in ``train.py`` branches on the family, and tools (benchmarks, ablations)
+plug in their own variants without patching module globals.
+
+Loss normalisation is global: ``loss_sums`` returns per-batch SUMS (so that
+microbatches and devices add up) including count entries, ``counts`` gives
+the same count entries for the whole global batch, and ``loss`` / ``metrics``
+divide one by the other. Eval accumulates sums over batches and calls
+``metrics(totals, totals, config)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+  """One family's (or task's) model, features, loss and metrics."""
+  name: str
+  # (config, rngs: nnx.Rngs) -> nnx.Module holding every trainable param.
+  make_model: Callable[..., Any]
+  # (config) -> a `bert_jax.features` spec dict.
+  feature_spec: Callable[..., dict]
+  # (model, batch, rng key, deterministic: bool, config) -> {name: f32 sum}.
+  loss_sums: Callable[..., dict]
+  # (global batch, config) -> {count name: f32}; keys also in loss_sums.
+  counts: Callable[..., dict]
+  # (sums, counts, config) -> the scalar that is differentiated.
+  loss: Callable[..., Any]
+  # (sums, counts, config) -> {metric name: scalar} for logs.
+  metrics: Callable[..., dict]
+  # (label on the log line, metric name) printed on every step line.
+  log_keys: tuple[tuple[str, str], ...] = (("loss", "loss"),)
+
+
+# name -> module defining OBJECTIVE; imported on first use.
+_MODULES = {
+    "bert": "bert_jax.objectives.bert",
+}
+
+
+def names() -> tuple[str, ...]:
+  return tuple(_MODULES)
+
+
+def get(name: str) -> Objective:
+  """The objective registered as `name` (a ValueError lists the others)."""
+  if name not in _MODULES:
+    raise ValueError(f"objective.name={name!r} is not one of "
+                     f"{', '.join(repr(n) for n in _MODULES)}.")
+  return importlib.import_module(_MODULES[name]).OBJECTIVE
+
+
+def for_config(config) -> Objective:
+  return get(config.objective.name)
+
+
+def safe_div(total, count):
+  """total / max(count, 1): jnp inside a trace, Python floats on the host
+  (eval totals are accumulated in float64 and stay so)."""
+  if isinstance(count, (jax.Array, jnp.ndarray)):
+    return total / jnp.maximum(count, 1.0)
+  return total / max(count, 1.0)

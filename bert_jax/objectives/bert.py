@@ -1,0 +1,94 @@
+"""BERT pretraining: masked LM plus an optional sentence-pair head.
+
+The sentence-pair head is trained when ``data.nsp`` is set (NSP for BERT,
+sentence order for ALBERT-style SOP data); RoBERTa-style packed batches
+(``data.nsp=False``) train MLM alone. MLM logits are computed only at the
+``max_predictions_per_seq`` masked positions.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from bert_jax import features
+from bert_jax import model as model_lib
+from bert_jax.objectives import Objective, safe_div
+
+
+def make_model(config, rngs):
+  return model_lib.BertForPreTraining(config.model, rngs=rngs)
+
+
+def feature_spec(config):
+  del config
+  return features.PRETRAINING
+
+
+def mlm_sums(mlm_logits, batch) -> dict:
+  """Sums of the masked-LM loss and hits over the weighted masked positions."""
+  logits = mlm_logits.astype(jnp.float32)
+  ids, w = batch["masked_lm_ids"], batch["masked_lm_weights"]
+  logp = jax.nn.log_softmax(logits, axis=-1)
+  nll = -jnp.take_along_axis(logp, ids[..., None], axis=-1)[..., 0]
+  return dict(mlm_loss=jnp.sum(nll * w),
+              mlm_correct=jnp.sum((jnp.argmax(logits, -1) == ids) * w),
+              mlm_weight=jnp.sum(w))
+
+
+def pair_sums(nsp_logits, labels) -> dict:
+  """Sums of the sentence-pair (NSP / SOP) loss and hits."""
+  logits = nsp_logits.astype(jnp.float32)
+  nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None],
+                             axis=-1)[:, 0]
+  return dict(nsp_loss=jnp.sum(nll),
+              nsp_correct=jnp.sum(jnp.argmax(logits, -1) == labels).astype(
+                  jnp.float32),
+              nsp_count=jnp.asarray(labels.shape[0], jnp.float32))
+
+
+def forward(model, batch, rng, deterministic: bool):
+  rngs = None if deterministic else nnx.Rngs(dropout=rng)
+  return model(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
+               batch["masked_lm_positions"], deterministic=deterministic,
+               rngs=rngs)
+
+
+def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
+  del config
+  outputs = forward(model, batch, rng, deterministic)
+  return {**mlm_sums(outputs["mlm_logits"], batch),
+          **pair_sums(outputs["nsp_logits"], batch["next_sentence_labels"])}
+
+
+def counts(batch, config) -> dict:
+  del config
+  return dict(
+      mlm_weight=jnp.sum(batch["masked_lm_weights"]),
+      nsp_count=jnp.asarray(batch["next_sentence_labels"].shape[0],
+                            jnp.float32))
+
+
+def loss(sums, counts_, config):
+  """MLM sum / global masked count (+ the pair head's mean when trained)."""
+  value = safe_div(sums["mlm_loss"], counts_["mlm_weight"])
+  if config.data.nsp:
+    value = value + safe_div(sums["nsp_loss"], counts_["nsp_count"])
+  return value
+
+
+def metrics(sums, counts_, config) -> dict:
+  return dict(
+      loss=loss(sums, counts_, config),
+      mlm_loss=safe_div(sums["mlm_loss"], counts_["mlm_weight"]),
+      mlm_accuracy=safe_div(sums["mlm_correct"], counts_["mlm_weight"]),
+      nsp_loss=safe_div(sums["nsp_loss"], counts_["nsp_count"]),
+      nsp_accuracy=safe_div(sums["nsp_correct"], counts_["nsp_count"]))
+
+
+OBJECTIVE = Objective(
+    name="bert", make_model=make_model, feature_spec=feature_spec,
+    loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
+    log_keys=(("loss", "loss"), ("mlm_acc", "mlm_accuracy"),
+              ("nsp_acc", "nsp_accuracy")))
