@@ -45,7 +45,8 @@ def generator_config(config: ml_collections.ConfigDict
   ``generator_num_attention_heads`` / ``generator_intermediate_size`` are set
   (> 0), e.g. to match an imported Hugging Face generator.
   """
-  obj, disc = config.objective, config.model
+  from bert_jax.objectives import electra  # pylint: disable=g-import-not-at-top
+  obj, disc = electra.settings(config), config.model
   gen = ml_collections.ConfigDict(disc.to_dict())
   frac = float(obj.generator_hidden_size)
   if not 0.0 < frac <= 1.0:
@@ -53,10 +54,10 @@ def generator_config(config: ml_collections.ConfigDict
                      "fraction of model.hidden_size in (0, 1].")
   gen.hidden_size = int(round(disc.hidden_size * frac))
   gen.num_hidden_layers = max(1, int(round(
-      disc.num_hidden_layers * float(obj.get("generator_layers", 1.0)))))
-  gen.num_attention_heads = int(obj.get("generator_num_attention_heads", 0)
+      disc.num_hidden_layers * float(obj.generator_layers))))
+  gen.num_attention_heads = int(obj.generator_num_attention_heads
                                 or max(1, gen.hidden_size // 64))
-  gen.intermediate_size = int(obj.get("generator_intermediate_size", 0)
+  gen.intermediate_size = int(obj.generator_intermediate_size
                               or 4 * gen.hidden_size)
   gen.embedding_size = model_lib.embedding_size(disc)
   if gen.hidden_size % gen.num_attention_heads:

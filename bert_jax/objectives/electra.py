@@ -49,6 +49,14 @@ def objective_config() -> ml_collections.ConfigDict:
   ))
 
 
+def settings(config) -> ml_collections.ConfigDict:
+  """config.objective over the ELECTRA defaults, so that
+  ``--config.objective.name=electra`` works on any config."""
+  out = objective_config()
+  out.update({k: v for k, v in config.objective.items() if k in out})
+  return out
+
+
 def make_model(config, rngs: nnx.Rngs):
   return electra_model.ElectraForPreTraining(config, rngs=rngs)
 
@@ -103,7 +111,7 @@ def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
                              ids[..., None], axis=-1)[..., 0]
 
   corrupted, labels, samples = replace_tokens(
-      mlm_logits, batch, sample_key, config.objective.temperature)
+      mlm_logits, batch, sample_key, settings(config).temperature)
   disc_logits = model.discriminator_logits(
       corrupted, batch["input_mask"], batch["segment_ids"],
       deterministic=deterministic, rngs=rngs)
@@ -132,7 +140,7 @@ def counts(batch, config) -> dict:
 
 
 def loss(sums, counts_, config):
-  obj = config.objective
+  obj = settings(config)
   return (obj.gen_weight * safe_div(sums["mlm_loss"], counts_["mlm_weight"])
           + obj.disc_weight * safe_div(sums["disc_loss"],
                                        counts_["disc_weight"]))
