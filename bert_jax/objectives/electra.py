@@ -70,13 +70,15 @@ def scatter_positions(ids, positions, weights, values):
   """`ids` [B,T] with `values` [B,P] written at `positions` where weight > 0.
 
   Padded prediction slots (weight 0, position 0 by convention) write
-  nothing. A one-hot compare over T instead of a scatter: elementwise and a
-  reduction over P, so it shards along the batch like everything else.
+  nothing; a position listed twice (the maskers never do) takes the larger
+  value, still a valid id. A one-hot compare over T instead of a scatter:
+  elementwise and a reduction over P, so it shards along the batch like
+  everything else.
   """
   t = ids.shape[-1]
   hit = (positions[..., None] == jnp.arange(t)) & (weights[..., None] > 0)
   written = jnp.any(hit, axis=1)
-  value = jnp.sum(jnp.where(hit, values[..., None], 0), axis=1)
+  value = jnp.max(jnp.where(hit, values[..., None], -1), axis=1)
   return jnp.where(written, value.astype(ids.dtype), ids), written
 
 
