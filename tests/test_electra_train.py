@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -161,6 +162,10 @@ def test_electra_resumes_exactly_after_kill(tmp_path):
   reference = _losses(ref_dir)
   assert sorted(reference) == list(range(1, NUM_STEPS + 1))
 
+  os.makedirs(run_dir)  # Same corpus and tokenizer files: no retraining.
+  for name in os.listdir(ref_dir):
+    if name.startswith(("tokenizer", "demo_corpus")):
+      shutil.copytree(ref_dir / name, run_dir / name)
   proc = _start(run_dir, env)
   deadline = time.time() + 900
   while max(_losses(run_dir), default=0) < KILL_AT:
