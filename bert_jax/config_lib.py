@@ -48,6 +48,7 @@ def model_config(size: str = "base") -> ml_collections.ConfigDict:
       type_vocab_size=2,
       initializer_range=0.02,
       layer_norm_eps=1e-12,
+      num_labels=2,  # Fine-tuning heads only (1 = regression).
       # Compute dtype of activations and matmul inputs; params stay float32.
       dtype="float32",
       # Speed options (README "Performance" has their measured effect).

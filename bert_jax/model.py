@@ -2,7 +2,7 @@
 
 The module tree mirrors Hugging Face ``BertForPreTraining`` one to one
 (``bert.embeddings.word_embeddings`` <-> ``embeddings.word_embeddings`` ...),
-so conversion is a renaming plus a transpose of dense kernels (see ``hf.py``).
+so conversion is a renaming plus a transpose of dense kernels (see ``hf/mapping.py``).
 Parameters carry logical axis names only; ``sharding.py`` maps them to a mesh.
 
 Numerics: parameters are float32; matmul inputs are cast to
@@ -256,8 +256,8 @@ class Layer(nnx.Module):
                                  "activation_embed"))
 
 
-def attention_bias(input_mask: jax.Array) -> jax.Array:
-  """[B,T] 0/1 mask -> [B,1,1,T] float32 additive bias (0 or MASK_BIAS)."""
+def attention_bias(input_mask):
+  """[B,T] 1/0 mask -> [B,1,1,T] float32 bias added to attention scores."""
   return jnp.where(input_mask[:, None, None, :] > 0, 0.0,
                    MASK_BIAS).astype(jnp.float32)
 
@@ -290,7 +290,7 @@ class Encoder(nnx.Module):
         Dense(config, e, h, (None, "embed"), rngs=rngs) if e != h else None)
     self.layers = nnx.List(
         [Layer(config, rngs=rngs) for _ in range(config.num_hidden_layers)])
-    self.remat_policy = config.get("remat_policy", "none")
+    self.remat_policy = config.remat_policy
 
   def __call__(self, x, input_mask, *, deterministic=True, rngs=None):
     if self.embeddings_project is not None:
@@ -328,6 +328,23 @@ class BertModel(nnx.Module):
                    self.remat_policy, deterministic=deterministic, rngs=rngs)
     pooled = jnp.tanh(self.pooler(x[:, 0]).astype(jnp.float32))
     return x, pooled
+
+  def hidden_states(self, input_ids, input_mask, segment_ids,
+                    num_layers: int | None = None) -> list:
+    """Inference only: [embeddings output, layer 1, ..., layer n] ([B,T,d]).
+
+    Indexed like Hugging Face's ``output_hidden_states`` (0 = embeddings).
+    `num_layers` stops after that many blocks, so an intermediate layer
+    costs only the blocks below it.
+    """
+    n = len(self.layers) if num_layers is None else num_layers
+    x = self.embeddings(input_ids, segment_ids, deterministic=True, rngs=None)
+    mask_bias = attention_bias(input_mask)
+    states = [x]
+    for layer in list(self.layers)[:n]:
+      x = layer(x, mask_bias, deterministic=True, rngs=None)
+      states.append(x)
+    return states
 
 
 class MaskedLMHead(nnx.Module):
@@ -381,6 +398,29 @@ class BertForPreTraining(nnx.Module):
                   + self.nsp_head.bias[...])
     return dict(mlm_logits=mlm_logits, nsp_logits=nsp_logits,
                 sequence_output=seq, pooled_output=pooled)
+
+
+class BertForSequenceClassification(nnx.Module):
+  """BERT with a classification / regression head on the pooled [CLS]
+  (HF ``BertForSequenceClassification``: pooler -> dropout -> linear).
+
+  `config.num_labels` outputs; 1 means regression (STS-B).
+  """
+
+  def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
+    self.bert = BertModel(config, rngs=rngs)
+    self.dropout = nnx.Dropout(config.hidden_dropout_prob)
+    self.classifier = Dense(config, config.hidden_size, config.num_labels,
+                            ("embed", "classes"), rngs=rngs)
+
+  def __call__(self, input_ids, input_mask, segment_ids, *,
+               deterministic=True, rngs=None):
+    """Returns logits [B, num_labels] in float32."""
+    _, pooled = self.bert(input_ids, input_mask, segment_ids,
+                          deterministic=deterministic, rngs=rngs)
+    pooled = self.dropout(pooled, deterministic=deterministic, rngs=rngs)
+    return (pooled @ self.classifier.kernel[...]
+            + self.classifier.bias[...]).astype(jnp.float32)
 
 
 def validate_model_config(config: ml_collections.ConfigDict) -> None:

@@ -29,6 +29,7 @@ from bert_jax import flops as flops_lib
 from bert_jax import objectives
 from bert_jax import optim
 from bert_jax import preemption
+from bert_jax import pretrained
 from bert_jax import sharding
 
 
@@ -313,37 +314,60 @@ def format_duration(seconds: float) -> str:
 # ==============================================================================
 # Loop.
 # ==============================================================================
-class Trainer:
-  """Holds the mesh, compiled steps, state and data for one run."""
+class PretrainingInput:
+  """The pretraining data of a run: its tokenizer (trained and cached when
+  none is given), the checkpointable train iterator and fixed eval batches."""
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str):
     from bert_jax import input_pipeline  # TensorFlow: only when training.
-
-    self.config, self.workdir = config, workdir  # Validated by the caller.
-    self.tokenizer = input_pipeline.load_tokenizer(config.data, workdir)
+    from bert_jax import tokenizers
+    self.tokenizer = tokenizers.load_tokenizer(config.data, workdir)
     config_checks.check_tokenizer(config, self.tokenizer)
-
-    # ---- Mesh.
-    self.mesh = sharding.make_mesh(config.mesh)
-    logging.info("Mesh %s over %d devices (%d processes).",
-                 sharding.describe(self.mesh), jax.device_count(),
-                 jax.process_count())
-
-    # ---- Input.
+    pretrained.record_tokenizer(workdir, self.tokenizer)
     proc = dict(process_index=jax.process_index(),
                 process_count=jax.process_count())
     self.train_iter = input_pipeline.create_train_iterator(
         config, self.tokenizer, workdir, **proc)
     self.eval_batches = input_pipeline.create_eval_batches(
         config, self.tokenizer, workdir, **proc)
-    self.batch_sharding = sharding.batch_sharding(self.mesh)
     self.unigram_accuracy = unigram_baseline(self.eval_batches,
                                              config.model.vocab_size)
 
+  def eval_extras(self) -> dict:
+    """Reference numbers logged beside every eval."""
+    return {"unigram_accuracy": self.unigram_accuracy}
+
+
+class Trainer:
+  """Holds the mesh, compiled steps, state and data for one run.
+
+  Pretraining by default; fine-tuning passes its own `data` (train_iter,
+  eval_batches, eval_extras()), `objective`, `evaluate` ((trainer, params)
+  -> metrics, for metrics that need every prediction rather than sums) and
+  `init_params` ((trainer, fresh params) -> params for a new run).
+  """
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
+               data=None, objective=None, evaluate=None, init_params=None):
+    self.config, self.workdir = config, workdir  # Validated by the caller.
+    self.data = data if data is not None else PretrainingInput(config, workdir)
+    self.train_iter = self.data.train_iter
+    self.eval_batches = self.data.eval_batches
+    self._evaluate_fn = evaluate
+    self._init_params_fn = init_params
+
+    # ---- Mesh.
+    self.mesh = sharding.make_mesh(config.mesh)
+    logging.info("Mesh %s over %d devices (%d processes).",
+                 sharding.describe(self.mesh), jax.device_count(),
+                 jax.process_count())
+    self.batch_sharding = sharding.batch_sharding(self.mesh)
+
     # ---- Model, state shardings and compiled steps (ahead of time).
-    self.programs = Programs(config, self.mesh)
+    self.programs = Programs(config, self.mesh, objective)
     self.abstract_state = self.programs.abstract_state
     self.checkpointer = checkpointing.Checkpointer(workdir, config.checkpoint)
+    self._train_steps = {}  # Global batch shape -> compiled step.
     self._compile()
 
   def _context(self):
@@ -353,12 +377,14 @@ class Trainer:
     p = self.programs
     start = time.time()
     with self._context():
-      self.train_step = p.train_step.lower(
-          p.abstract_state, p.batch_spec(self.config.train.batch_size)).compile()
-      self.eval_step = p.eval_step.lower(
-          p.abstract_state["params"],
-          p.batch_spec(self._eval_local_batch_size() * jax.process_count()),
-          p.eval_rng(0)).compile()
+      spec = p.batch_spec(self.config.train.batch_size)
+      self.train_step = p.train_step.lower(p.abstract_state, spec).compile()
+      self._train_steps[spec["input_ids"].shape] = self.train_step
+      if self._evaluate_fn is None:  # Else the caller's evaluate compiles.
+        self.eval_step = p.eval_step.lower(
+            p.abstract_state["params"],
+            p.batch_spec(self._eval_local_batch_size() * jax.process_count()),
+            p.eval_rng(0)).compile()
     self.compile_seconds = time.time() - start
     mem = self.train_step.memory_analysis()
     if mem is not None:
@@ -367,6 +393,24 @@ class Trainer:
           "temporaries %.1f MB, outputs %.1f MB.", self.compile_seconds,
           mem.argument_size_in_bytes / 2**20, mem.temp_size_in_bytes / 2**20,
           mem.output_size_in_bytes / 2**20)
+
+  def _train_step_for(self, batch):
+    """The compiled step for this batch's shape: the config's shape is
+    compiled at start-up; bucketed fine-tuning compiles each bucket once."""
+    shape = batch["input_ids"].shape
+    step = self._train_steps.get(shape)
+    if step is None:
+      start = time.time()
+      spec = {k: jax.ShapeDtypeStruct(v.shape, v.dtype,
+                                      sharding=self.batch_sharding)
+              for k, v in batch.items()}
+      with self._context():
+        step = self.programs.train_step.lower(self.abstract_state,
+                                              spec).compile()
+      self._train_steps[shape] = step
+      logging.info("Compiled the train step for batch shape %s in %.1fs.",
+                   shape, time.time() - start)
+    return step
 
   def _eval_local_batch_size(self) -> int:
     first = self.eval_batches[0] if self.eval_batches else None
@@ -389,32 +433,28 @@ class Trainer:
       return state
     with self._context():
       state = self.programs.init()
-    init_from = self.config.train.init_from
-    if init_from:
-      state = dict(state, params=self._init_params(init_from))
+    if self._init_params_fn is not None:
+      state = dict(state, params=self._init_params_fn(self, state["params"]))
+    elif self.config.train.init_from:
+      state = dict(state, params=self._init_params(self.config.train.init_from))
     return state
 
   def _init_params(self, path: str):
-    """Params only (new run from pretrained weights): our checkpoint or HF."""
-    abstract = self.abstract_state["params"]
-    try:
-      checkpointing.resolve_step_dir(path)
-      ours = True
-    except FileNotFoundError:
-      ours = False
-    if ours:
-      params, step = checkpointing.restore_params(path, abstract,
-                                                  config=self.config)
-      logging.info("train.init_from: params of %s (step %d).", path, step)
-      return params
-    from bert_jax import hf  # Hugging Face dir / converted weights.
-    params, report = hf.load_init_params(path, self.config.model,
-                                         seed=self.config.train.seed)
-    logging.info("train.init_from: params of %s (%s).", path, report)
-    return checkpointing.place_params(params, abstract, source=path)
+    """Params only (new run from pretrained weights), onto the state's mesh."""
+    source = pretrained.resolve(path)
+    params, report = pretrained.load_params(
+        source, self.config.model,
+        abstract_params=self.abstract_state["params"],
+        seed=self.config.train.seed, config=self.config)
+    logging.info("train.init_from: params of %s (%s, step %s).\n%s", path,
+                 source.kind, source.step, report)
+    return params
 
   def evaluate(self, params) -> dict:
-    """The objective's metrics over all eval batches (sums added in float64)."""
+    """The objective's metrics over all eval batches (sums added in float64),
+    or the caller's `evaluate` when it needs every prediction."""
+    if self._evaluate_fn is not None:
+      return self._evaluate_fn(self, params)
     totals = {}
     for i, local in enumerate(self.eval_batches):
       batch = sharding.global_batch(local, self.batch_sharding)
@@ -426,7 +466,7 @@ class Trainer:
 
   def _format(self, metrics: dict) -> str:
     return "  ".join(f"{label} {metrics[key]:.4f}" for label, key in
-                     self.programs.objective.log_keys)
+                     self.programs.objective.log_keys if key in metrics)
 
   def run(self) -> dict:
     config, train = self.config, self.config.train
@@ -454,7 +494,7 @@ class Trainer:
     t_last, step_last = time.time(), start_step
     for step in range(start_step, train.num_steps):
       batch = sharding.global_batch(next(self.train_iter), self.batch_sharding)
-      state, metrics = self.train_step(state, batch)
+      state, metrics = self._train_step_for(batch)(state, batch)
       done = step + 1
       self._nonfinite.observe(done, metrics["finite"])
       is_last = done == train.num_steps
@@ -480,9 +520,10 @@ class Trainer:
         last_metrics = metrics
       if done % train.eval_every == 0 or is_last:
         eval_metrics = self.evaluate(state["params"])
-        eval_metrics["unigram_accuracy"] = self.unigram_accuracy
-        logging.info("eval step %d  %s  (MLM unigram baseline %.4f)", done,
-                     self._format(eval_metrics), self.unigram_accuracy)
+        extras = self.data.eval_extras()
+        eval_metrics.update(extras)
+        logging.info("eval step %d  %s%s", done, self._format(eval_metrics),
+                     "".join(f"  ({k} {v:.4f})" for k, v in extras.items()))
         writer.write(done, "eval", eval_metrics)
         last_metrics = {**last_metrics,
                         **{f"eval_{k}": v for k, v in eval_metrics.items()}}

@@ -47,6 +47,7 @@ class Objective:
 # name -> module defining OBJECTIVE; imported on first use.
 _MODULES = {
     "bert": "bert_jax.objectives.bert",
+    "classify": "bert_jax.objectives.classify",
     "electra": "bert_jax.objectives.electra",
 }
 

@@ -1,0 +1,10 @@
+"""Hugging Face interop, one job per module.
+
+  mapping          per-family parameter-name tables (registry), used both ways
+  checkpoint_io    safetensors / pytorch_model.bin / TF checkpoint / config.json
+                   reading and writing, our imported-directory format
+  tokenizer_files  our tokenizers as `tokenizers` objects and HF tokenizer files
+
+"What is at this path" (workdir, step, imported, HF dir, TF checkpoint) is
+``bert_jax.pretrained``.
+"""

@@ -1,0 +1,72 @@
+"""Fine-tuning: sequence classification (cross-entropy) or regression (MSE).
+
+Rows with ``example_weights`` 0 pad the last eval batch of a bucket; they
+carry no loss and no metric weight, so nothing is dropped or double-counted.
+``model.num_labels`` = 1 selects regression (STS-B), as in Hugging Face.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from bert_jax import features
+from bert_jax import model as model_lib
+from bert_jax.objectives import Objective, safe_div
+
+
+def is_regression(config) -> bool:
+  return config.model.num_labels == 1
+
+
+def make_model(config, rngs):
+  return model_lib.BertForSequenceClassification(config.model, rngs=rngs)
+
+
+def feature_spec(config):
+  return features.REGRESSION if is_regression(config) else (
+      features.CLASSIFICATION)
+
+
+def logits(model, batch, rng, deterministic: bool):
+  rngs = None if deterministic else nnx.Rngs(dropout=rng)
+  return model(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
+               deterministic=deterministic, rngs=rngs)
+
+
+def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
+  out = logits(model, batch, rng, deterministic)
+  w = batch["example_weights"]
+  if is_regression(config):
+    err = out[:, 0] - batch["labels"].astype(jnp.float32)
+    return dict(loss=jnp.sum(w * err * err), examples=jnp.sum(w),
+                correct=jnp.zeros((), jnp.float32))
+  labels = batch["labels"]
+  nll = -jnp.take_along_axis(jax.nn.log_softmax(out), labels[:, None],
+                             axis=-1)[:, 0]
+  return dict(loss=jnp.sum(w * nll), examples=jnp.sum(w),
+              correct=jnp.sum(w * (jnp.argmax(out, -1) == labels)))
+
+
+def counts(batch, config) -> dict:
+  del config
+  return dict(examples=jnp.sum(batch["example_weights"]))
+
+
+def loss(sums, counts_, config):
+  del config
+  return safe_div(sums["loss"], counts_["examples"])
+
+
+def metrics(sums, counts_, config) -> dict:
+  out = dict(loss=loss(sums, counts_, config))
+  if not is_regression(config):
+    out["accuracy"] = safe_div(sums["correct"], counts_["examples"])
+  return out
+
+
+OBJECTIVE = Objective(
+    name="classify", make_model=make_model, feature_spec=feature_spec,
+    loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
+    log_keys=(("loss", "loss"),))
