@@ -150,3 +150,31 @@ def count_params(model: ElectraForPreTraining) -> dict[str, int]:
          "discriminator": size(state["discriminator"])}
   out["total"] = sum(out.values())
   return out
+
+
+class ElectraDiscriminatorModel(nnx.Module):
+  """The discriminator alone, as Hugging Face ``ElectraForPreTraining``:
+  embeddings + discriminator (the same subtrees as in the pair). `config` is
+  the discriminator's model config (``model``)."""
+
+  def __init__(self, config, *, rngs: nnx.Rngs):
+    self.embeddings = model_lib.Embeddings(config, rngs=rngs)
+    self.discriminator = Discriminator(config, rngs=rngs)
+
+  def __call__(self, input_ids, input_mask, segment_ids):
+    x = self.embeddings(input_ids, segment_ids, deterministic=True, rngs=None)
+    return self.discriminator(x, input_mask)
+
+
+class ElectraGeneratorModel(nnx.Module):
+  """The generator alone, as Hugging Face ``ElectraForMaskedLM``. `config` is
+  the generator's model config (:func:`generator_config`)."""
+
+  def __init__(self, config, *, rngs: nnx.Rngs):
+    self.embeddings = model_lib.Embeddings(config, rngs=rngs)
+    self.generator = Generator(config, rngs=rngs)
+
+  def __call__(self, input_ids, input_mask, segment_ids, positions=None):
+    x = self.embeddings(input_ids, segment_ids, deterministic=True, rngs=None)
+    return self.generator(x, input_mask, self.embeddings.word_embeddings[...],
+                          positions)

@@ -17,8 +17,8 @@ from flax import nnx
 
 from bert_jax import config_lib
 from bert_jax import electra_model
-from bert_jax import hf
-from bert_jax import hf_electra
+from bert_jax.hf import mapping as hf
+from bert_jax.hf import electra as hf_electra
 from bert_jax.objectives import electra
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -393,3 +393,21 @@ def test_flops_count_both_networks_and_match_xla():
 
   xla = jax.jit(jax.grad(loss)).lower(params).cost_analysis()["flops"]
   assert xla == pytest.approx(flops.train_flops_per_step(c), rel=0.05)
+
+
+def test_registered_tables_build_each_network_alone(tmp_path):
+  """The hf registry's ELECTRA families: a network imported alone (as
+  fine-tuning or fill-mask would) gives the pair's logits exactly."""
+  c = tiny_electra_config()
+  graphdef, params = _randomized_params(c)
+  pair = nnx.merge(graphdef, params)
+  batch, _ = masked_batch(seed=6, batch=2)
+  args = [jnp.asarray(batch[k]) for k in ("input_ids", "input_mask",
+                                          "segment_ids")]
+  for network, net_config, ours in (
+      ("discriminator", c.model, pair.discriminator_logits(*args)),
+      ("generator", electra_model.generator_config(c),
+       pair.generator_logits(*args))):
+    sub = {"embeddings": params["embeddings"], network: params[network]}
+    model = hf.make_model(sub, net_config, family=f"electra_{network}")
+    np.testing.assert_array_equal(np.asarray(model(*args)), np.asarray(ours))

@@ -1,5 +1,10 @@
 """Hugging Face <-> bert_jax for ELECTRA: one table per network, both ways.
 
+The tables are registered in :mod:`bert_jax.hf.mapping` as the families
+``electra_discriminator`` and ``electra_generator`` (their ``make_model``
+builds the network alone, ``electra_model.Electra{Discriminator,Generator}
+Model``); this module reads them to write and read the pair.
+
 An export is one directory with two standard Hugging Face model directories:
 
   OUT/discriminator/   ElectraForPreTraining (config.json, model.safetensors,
@@ -26,59 +31,62 @@ from typing import Any, Mapping
 import ml_collections
 import numpy as np
 
-from bert_jax import hf
 from bert_jax import model as model_lib
+from bert_jax.hf import checkpoint_io
+from bert_jax.hf import mapping
+from bert_jax.hf import tokenizer_files
+from bert_jax.hf.mapping import Row
 
 DISCRIMINATOR, GENERATOR = "discriminator", "generator"
 ARCHITECTURES = {DISCRIMINATOR: "ElectraForPreTraining",
                  GENERATOR: "ElectraForMaskedLM"}
 
-# (our path, HF name, transpose). "{net}" = our network ("generator" or
-# "discriminator"), "{i}" = layer index. The shared rows appear in both HF
-# models.
+# Rows (our path, HF name, Google TF name: not mapped, transpose to HF, -).
+# "{net}" = our network ("generator" or "discriminator"), "{i}" = layer
+# index. The shared rows appear in both HF models.
 SHARED_ROWS = (
-    ("embeddings.word_embeddings", "electra.embeddings.word_embeddings.weight", False),
-    ("embeddings.position_embeddings", "electra.embeddings.position_embeddings.weight", False),
-    ("embeddings.token_type_embeddings", "electra.embeddings.token_type_embeddings.weight", False),
-    ("embeddings.layer_norm.scale", "electra.embeddings.LayerNorm.weight", False),
-    ("embeddings.layer_norm.bias", "electra.embeddings.LayerNorm.bias", False),
+    Row("embeddings.word_embeddings", "electra.embeddings.word_embeddings.weight", "", False, False),
+    Row("embeddings.position_embeddings", "electra.embeddings.position_embeddings.weight", "", False, False),
+    Row("embeddings.token_type_embeddings", "electra.embeddings.token_type_embeddings.weight", "", False, False),
+    Row("embeddings.layer_norm.scale", "electra.embeddings.LayerNorm.weight", "", False, False),
+    Row("embeddings.layer_norm.bias", "electra.embeddings.LayerNorm.bias", "", False, False),
 )
 # Only when the network's hidden size differs from embedding_size.
 PROJECT_ROWS = (
-    ("{net}.encoder.embeddings_project.kernel", "electra.embeddings_project.weight", True),
-    ("{net}.encoder.embeddings_project.bias", "electra.embeddings_project.bias", False),
+    Row("{net}.encoder.embeddings_project.kernel", "electra.embeddings_project.weight", "", True, False),
+    Row("{net}.encoder.embeddings_project.bias", "electra.embeddings_project.bias", "", False, False),
 )
 LAYER_ROWS = (
-    ("{net}.encoder.layers.{i}.attention.query.kernel", "electra.encoder.layer.{i}.attention.self.query.weight", True),
-    ("{net}.encoder.layers.{i}.attention.query.bias", "electra.encoder.layer.{i}.attention.self.query.bias", False),
-    ("{net}.encoder.layers.{i}.attention.key.kernel", "electra.encoder.layer.{i}.attention.self.key.weight", True),
-    ("{net}.encoder.layers.{i}.attention.key.bias", "electra.encoder.layer.{i}.attention.self.key.bias", False),
-    ("{net}.encoder.layers.{i}.attention.value.kernel", "electra.encoder.layer.{i}.attention.self.value.weight", True),
-    ("{net}.encoder.layers.{i}.attention.value.bias", "electra.encoder.layer.{i}.attention.self.value.bias", False),
-    ("{net}.encoder.layers.{i}.attention.output.kernel", "electra.encoder.layer.{i}.attention.output.dense.weight", True),
-    ("{net}.encoder.layers.{i}.attention.output.bias", "electra.encoder.layer.{i}.attention.output.dense.bias", False),
-    ("{net}.encoder.layers.{i}.attention.layer_norm.scale", "electra.encoder.layer.{i}.attention.output.LayerNorm.weight", False),
-    ("{net}.encoder.layers.{i}.attention.layer_norm.bias", "electra.encoder.layer.{i}.attention.output.LayerNorm.bias", False),
-    ("{net}.encoder.layers.{i}.feed_forward.intermediate.kernel", "electra.encoder.layer.{i}.intermediate.dense.weight", True),
-    ("{net}.encoder.layers.{i}.feed_forward.intermediate.bias", "electra.encoder.layer.{i}.intermediate.dense.bias", False),
-    ("{net}.encoder.layers.{i}.feed_forward.output.kernel", "electra.encoder.layer.{i}.output.dense.weight", True),
-    ("{net}.encoder.layers.{i}.feed_forward.output.bias", "electra.encoder.layer.{i}.output.dense.bias", False),
-    ("{net}.encoder.layers.{i}.feed_forward.layer_norm.scale", "electra.encoder.layer.{i}.output.LayerNorm.weight", False),
-    ("{net}.encoder.layers.{i}.feed_forward.layer_norm.bias", "electra.encoder.layer.{i}.output.LayerNorm.bias", False),
+    Row("{net}.encoder.layers.{i}.attention.query.kernel", "electra.encoder.layer.{i}.attention.self.query.weight", "", True, False),
+    Row("{net}.encoder.layers.{i}.attention.query.bias", "electra.encoder.layer.{i}.attention.self.query.bias", "", False, False),
+    Row("{net}.encoder.layers.{i}.attention.key.kernel", "electra.encoder.layer.{i}.attention.self.key.weight", "", True, False),
+    Row("{net}.encoder.layers.{i}.attention.key.bias", "electra.encoder.layer.{i}.attention.self.key.bias", "", False, False),
+    Row("{net}.encoder.layers.{i}.attention.value.kernel", "electra.encoder.layer.{i}.attention.self.value.weight", "", True, False),
+    Row("{net}.encoder.layers.{i}.attention.value.bias", "electra.encoder.layer.{i}.attention.self.value.bias", "", False, False),
+    Row("{net}.encoder.layers.{i}.attention.output.kernel", "electra.encoder.layer.{i}.attention.output.dense.weight", "", True, False),
+    Row("{net}.encoder.layers.{i}.attention.output.bias", "electra.encoder.layer.{i}.attention.output.dense.bias", "", False, False),
+    Row("{net}.encoder.layers.{i}.attention.layer_norm.scale", "electra.encoder.layer.{i}.attention.output.LayerNorm.weight", "", False, False),
+    Row("{net}.encoder.layers.{i}.attention.layer_norm.bias", "electra.encoder.layer.{i}.attention.output.LayerNorm.bias", "", False, False),
+    Row("{net}.encoder.layers.{i}.feed_forward.intermediate.kernel", "electra.encoder.layer.{i}.intermediate.dense.weight", "", True, False),
+    Row("{net}.encoder.layers.{i}.feed_forward.intermediate.bias", "electra.encoder.layer.{i}.intermediate.dense.bias", "", False, False),
+    Row("{net}.encoder.layers.{i}.feed_forward.output.kernel", "electra.encoder.layer.{i}.output.dense.weight", "", True, False),
+    Row("{net}.encoder.layers.{i}.feed_forward.output.bias", "electra.encoder.layer.{i}.output.dense.bias", "", False, False),
+    Row("{net}.encoder.layers.{i}.feed_forward.layer_norm.scale", "electra.encoder.layer.{i}.output.LayerNorm.weight", "", False, False),
+    Row("{net}.encoder.layers.{i}.feed_forward.layer_norm.bias", "electra.encoder.layer.{i}.output.LayerNorm.bias", "", False, False),
 )
 HEAD_ROWS = {
     DISCRIMINATOR: (
-        ("discriminator.head.dense.kernel", "discriminator_predictions.dense.weight", True),
-        ("discriminator.head.dense.bias", "discriminator_predictions.dense.bias", False),
-        ("discriminator.head.dense_prediction.kernel", "discriminator_predictions.dense_prediction.weight", True),
-        ("discriminator.head.dense_prediction.bias", "discriminator_predictions.dense_prediction.bias", False),
+        Row("discriminator.head.dense.kernel", "discriminator_predictions.dense.weight", "", True, False),
+        Row("discriminator.head.dense.bias", "discriminator_predictions.dense.bias", "", False, False),
+        Row("discriminator.head.dense_prediction.kernel", "discriminator_predictions.dense_prediction.weight", "", True, False),
+        Row("discriminator.head.dense_prediction.bias", "discriminator_predictions.dense_prediction.bias", "", False, False),
     ),
     GENERATOR: (
-        ("generator.mlm_head.transform.kernel", "generator_predictions.dense.weight", True),
-        ("generator.mlm_head.transform.bias", "generator_predictions.dense.bias", False),
-        ("generator.mlm_head.layer_norm.scale", "generator_predictions.LayerNorm.weight", False),
-        ("generator.mlm_head.layer_norm.bias", "generator_predictions.LayerNorm.bias", False),
-        ("generator.mlm_head.bias", "generator_lm_head.bias", False),
+        Row("generator.mlm_head.transform.kernel", "generator_predictions.dense.weight", "", True, False),
+        Row("generator.mlm_head.transform.bias", "generator_predictions.dense.bias", "", False, False),
+        Row("generator.mlm_head.layer_norm.scale", "generator_predictions.LayerNorm.weight", "", False, False),
+        Row("generator.mlm_head.layer_norm.bias", "generator_predictions.LayerNorm.bias", "", False, False),
+        Row("generator.mlm_head.bias", "generator_lm_head.bias", "", False, False),
     ),
 }
 # HF keys that are copies of another key (the generator's tied decoder).
@@ -102,16 +110,35 @@ def network_config(config, network: str) -> ml_collections.ConfigDict:
   return net
 
 
-def table(network: str, num_layers: int, projected: bool
-          ) -> list[tuple[str, str, bool]]:
-  """Rows (our dotted path, HF name, transpose) of one network."""
-  rows = list(SHARED_ROWS)
-  if projected:
-    rows += [(o.format(net=network), h, t) for o, h, t in PROJECT_ROWS]
-  for i in range(num_layers):
-    rows += [(o.format(net=network, i=i), h.format(i=i), t)
-             for o, h, t in LAYER_ROWS]
-  return rows + list(HEAD_ROWS[network])
+def _network_model(network: str):
+  def make(model_config, rngs):
+    from bert_jax import electra_model
+    cls = (electra_model.ElectraGeneratorModel if network == GENERATOR else
+           electra_model.ElectraDiscriminatorModel)
+    return cls(model_config, rngs=rngs)
+  return make
+
+
+def _register(network: str) -> mapping.Family:
+  rows = [Row(*(f.replace("{net}", network) if isinstance(f, str) else f
+                for f in r))
+          for r in SHARED_ROWS + PROJECT_ROWS + LAYER_ROWS]
+  return mapping.register(mapping.Family(
+      name=f"electra_{network}", model_type="electra",
+      rows=tuple(rows) + HEAD_ROWS[network], make_model=_network_model(network),
+      tied=TIED_HF_KEYS.get(network, {}),
+      default_architecture=ARCHITECTURES[network], base_prefix="electra.",
+      shape_fields={"word_embeddings": "vocab_size",
+                    "position_embeddings": "max_position_embeddings",
+                    "token_type_embeddings": "type_vocab_size",
+                    "intermediate": "intermediate_size"}))
+
+
+def table(network: str, num_layers: int, projected: bool) -> list[Row]:
+  """The registered rows of one network; the projection rows only when
+  the network projects (hidden size != embedding_size)."""
+  rows = mapping.get(f"electra_{network}").table(num_layers)
+  return [r for r in rows if projected or "embeddings_project" not in r.ours]
 
 
 def _table_for(config, network: str):
@@ -123,19 +150,19 @@ def _table_for(config, network: str):
 def to_hf_state_dicts(params: Mapping[str, Any], config
                       ) -> dict[str, dict[str, np.ndarray]]:
   """Our tree -> {"discriminator": HF state dict, "generator": ...}, fp32."""
-  flat = hf.flatten_params(params)
+  flat = mapping.flatten_params(params)
   out, used = {}, set()
   for network in (DISCRIMINATOR, GENERATOR):
     rows = _table_for(config, network)
-    missing = [o for o, _, _ in rows if o not in flat]
+    missing = [r.ours for r in rows if r.ours not in flat]
     if missing:
       raise ValueError(f"Param tree does not match the ELECTRA {network} "
                        f"table for this config: missing {missing[:5]}.")
     sd = {}
-    for ours, name, transpose in rows:
-      x = hf._f32(flat[ours])  # pylint: disable=protected-access
-      sd[name] = np.ascontiguousarray(x.T) if transpose else x
-      used.add(ours)
+    for r in rows:
+      x = mapping.f32(flat[r.ours])
+      sd[r.hf] = np.ascontiguousarray(x.T) if r.transpose_hf else x
+      used.add(r.ours)
     for tied, src in TIED_HF_KEYS.get(network, {}).items():
       sd[tied] = sd[src].copy()
     out[network] = sd
@@ -157,13 +184,14 @@ def from_hf_state_dicts(state_dicts: Mapping[str, Mapping[str, Any]], config
   for network in (DISCRIMINATOR, GENERATOR):
     sd = state_dicts[network]
     rows = _table_for(config, network)
-    missing = [h for _, h, _ in rows if h not in sd]
+    missing = [r.hf for r in rows if r.hf not in sd]
     if missing:
       raise ValueError(f"The {network} checkpoint lacks {missing[:5]} "
                        "(is it an ELECTRA model of this size?).")
-    for ours, name, transpose in rows:
+    for r in rows:
+      ours, name = r.ours, r.hf
       x = np.asarray(sd[name], np.float32)
-      x = np.ascontiguousarray(x.T) if transpose else x
+      x = np.ascontiguousarray(x.T) if r.transpose_hf else x
       if ours in flat and not np.array_equal(flat[ours], x):
         raise ValueError(
             f"{name} differs between the discriminator and the generator "
@@ -175,7 +203,7 @@ def from_hf_state_dicts(state_dicts: Mapping[str, Mapping[str, Any]], config
                                            np.asarray(sd[src], np.float32)):
         raise ValueError(f"{network}: {tied} is not tied to {src}; this "
                          "model decodes with the word embeddings.")
-  return hf.unflatten_params(flat)
+  return mapping.unflatten_params(flat)
 
 
 def hf_config(config, network: str, *, pad_token_id: int = 0) -> dict:
@@ -231,7 +259,7 @@ def config_from_hf(disc_cfg: Mapping[str, Any], gen_cfg: Mapping[str, Any],
 
 
 def save_pretrained(out_dir: str, params, config, *,
-                    tokenizer: hf.TokenizerSpec | None = None,
+                    tokenizer: tokenizer_files.TokenizerSpec | None = None,
                     source: str = "") -> list[str]:
   """Write OUT/discriminator and OUT/generator; returns the files written."""
   from safetensors.numpy import save_file
@@ -244,7 +272,7 @@ def save_pretrained(out_dir: str, params, config, *,
               metadata={"format": "pt"})
     pad_id = 0
     if tokenizer is not None:
-      tok_cfg = hf.write_hf_tokenizer_files(
+      tok_cfg = tokenizer_files.write_hf_tokenizer_files(
           d, tokenizer,
           model_max_length=int(config.model.max_position_embeddings))
       from tokenizers import Tokenizer
@@ -270,13 +298,17 @@ def load_pretrained(path: str, base=None) -> tuple[dict, ml_collections.ConfigDi
   dirs = {n: os.path.join(path, n) for n in (DISCRIMINATOR, GENERATOR)}
   cfgs = {}
   for n, d in dirs.items():
-    cfg = hf.read_hf_config(d) if os.path.isdir(d) else None
+    cfg = checkpoint_io.read_hf_config(d) if os.path.isdir(d) else None
     if cfg is None:
       raise FileNotFoundError(
           f"{d}/config.json not found: an ELECTRA directory holds "
           "discriminator/ and generator/ Hugging Face model directories.")
     cfgs[n] = cfg
   config = config_from_hf(cfgs[DISCRIMINATOR], cfgs[GENERATOR], base)
-  sds = {n: hf.read_hf_state_dict(d)[0] for n, d in dirs.items()}
+  sds = {n: checkpoint_io.read_hf_state_dict(d)[0] for n, d in dirs.items()}
   logging.info("Read ELECTRA pair from %s.", path)
   return from_hf_state_dicts(sds, config), config
+
+
+DISCRIMINATOR_FAMILY = _register(DISCRIMINATOR)
+GENERATOR_FAMILY = _register(GENERATOR)
