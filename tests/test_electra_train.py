@@ -185,6 +185,84 @@ def test_electra_resumes_exactly_after_kill(tmp_path):
   assert resumed == reference  # Bit-exact, every step.
 
 
+# ------------------------------------------------------------------------------
+# Export a trained run, then continue pretraining from the export.
+# ------------------------------------------------------------------------------
+def test_export_run_to_hf_and_continue_pretraining_from_it(tmp_path):
+  torch = pytest.importorskip("torch")
+  transformers = pytest.importorskip("transformers")
+  import jax.numpy as jnp
+  from flax import nnx
+  from bert_jax import pretrained
+  from bert_jax.hf import mapping
+  from tests.test_electra import masked_batch
+  env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2",
+             HF_HUB_OFFLINE="1",
+             PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  env.pop("XLA_FLAGS", None)
+  flags = [f for f in FLAGS if "num_steps" not in f] + [
+      "--config.train.num_steps=4"]
+  run = tmp_path / "run"
+  cmd = [sys.executable, "-m", "bert_jax.main", "--config",
+         os.path.join(REPO, "configs", "electra_small.py")]
+  proc = subprocess.run([*cmd, "--workdir", str(run), *flags], cwd=REPO,
+                        env=env, capture_output=True, text=True, timeout=900)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  out = tmp_path / "hf"
+  proc = subprocess.run([sys.executable, "tools/convert_to_hf.py",
+                         "--workdir", str(run), "--output", str(out)],
+                        cwd=REPO, env=env, capture_output=True, text=True,
+                        timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  for net in ("discriminator", "generator"):
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+      assert (out / net / name).is_file(), (net, name)
+
+  # The export holds the checkpoint's params exactly, and PyTorch agrees.
+  source = pretrained.resolve(str(run))
+  params, _ = pretrained.load_params(source)
+  back, report = pretrained.load_params(str(out),
+                                        source.config.model)
+  assert pretrained.resolve(str(out)).kind == pretrained.ELECTRA
+  a, b = mapping.flatten_params(params), mapping.flatten_params(back)
+  assert a.keys() == b.keys()
+  assert all(np.array_equal(a[k], b[k]) for k in a), report
+  from bert_jax.objectives import electra
+  config = source.config
+  graphdef, state = nnx.split(nnx.eval_shape(
+      lambda: electra.make_model(config, nnx.Rngs(0))), nnx.Param)
+  nnx.replace_by_pure_dict(state, params)
+  model = nnx.merge(graphdef, state)
+  batch, _ = masked_batch(seed=9, batch=2)
+  args = [jnp.asarray(batch[k]) for k in ("input_ids", "input_mask",
+                                          "segment_ids")]
+  kw = dict(input_ids=torch.tensor(batch["input_ids"], dtype=torch.long),
+            attention_mask=torch.tensor(batch["input_mask"]),
+            token_type_ids=torch.tensor(batch["segment_ids"],
+                                        dtype=torch.long))
+  real = batch["input_mask"].astype(bool)
+  with torch.no_grad():
+    d = transformers.ElectraForPreTraining.from_pretrained(
+        out / "discriminator").eval()(**kw).logits.numpy()
+    g = transformers.ElectraForMaskedLM.from_pretrained(
+        out / "generator").eval()(**kw).logits.numpy()
+  assert np.max(np.abs(d - np.asarray(model.discriminator_logits(*args)))[
+      real]) < 1e-4
+  assert np.max(np.abs(g - np.asarray(model.generator_logits(*args)))[
+      real]) < 1e-4
+  tok = transformers.AutoTokenizer.from_pretrained(out / "generator")
+  assert tok.mask_token == "[MASK]"
+
+  # Continue pretraining from the Hugging Face pair (train.init_from).
+  proc = subprocess.run(
+      [*cmd, "--workdir", str(tmp_path / "continued"), *flags,
+       f"--config.train.init_from={out}"], cwd=REPO, env=env,
+      capture_output=True, text=True, timeout=900)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "train.init_from: params of" in proc.stderr
+  assert "ElectraForPreTraining + ElectraForMaskedLM" in proc.stderr
+
+
 if __name__ == "__main__":
   if sys.argv[1] == "child":
     child_main(sys.argv[2])

@@ -292,20 +292,46 @@ def save_pretrained(out_dir: str, params, config, *,
   return written
 
 
-def load_pretrained(path: str, base=None) -> tuple[dict, ml_collections.ConfigDict]:
-  """An export (or a released pair: PATH/discriminator + PATH/generator)
-  -> (our param tree, config with ``model`` and ``objective`` filled)."""
-  dirs = {n: os.path.join(path, n) for n in (DISCRIMINATOR, GENERATOR)}
+def read_pair_config(path: str, base=None
+                     ) -> tuple[dict, ml_collections.ConfigDict]:
+  """PATH/discriminator + PATH/generator config.json -> (the two HF config
+  dicts, our config with ``model`` and ``objective`` filled)."""
   cfgs = {}
-  for n, d in dirs.items():
+  for n in (DISCRIMINATOR, GENERATOR):
+    d = os.path.join(path, n)
     cfg = checkpoint_io.read_hf_config(d) if os.path.isdir(d) else None
     if cfg is None:
       raise FileNotFoundError(
           f"{d}/config.json not found: an ELECTRA directory holds "
           "discriminator/ and generator/ Hugging Face model directories.")
     cfgs[n] = cfg
-  config = config_from_hf(cfgs[DISCRIMINATOR], cfgs[GENERATOR], base)
-  sds = {n: checkpoint_io.read_hf_state_dict(d)[0] for n, d in dirs.items()}
+  return cfgs, config_from_hf(cfgs[DISCRIMINATOR], cfgs[GENERATOR], base)
+
+
+def check_same_generator(src, dst, path: str) -> None:
+  """ValueError naming the objective field when the generators differ."""
+  from bert_jax import electra_model
+  a, b = (electra_model.generator_config(c) for c in (src, dst))
+  for f in ("hidden_size", "num_hidden_layers", "num_attention_heads",
+            "intermediate_size"):
+    if a[f] != b[f]:
+      raise ValueError(
+          f"{path} has a generator with {f}={a[f]}, but the config gives "
+          f"{b[f]}; set objective.generator_hidden_size="
+          f"{src.objective.generator_hidden_size}, generator_layers="
+          f"{src.objective.generator_layers}, generator_num_attention_heads="
+          f"{src.objective.generator_num_attention_heads} and "
+          "generator_intermediate_size="
+          f"{src.objective.generator_intermediate_size}.")
+
+
+def load_pretrained(path: str, base=None
+                    ) -> tuple[dict, ml_collections.ConfigDict]:
+  """An export (or a released pair: PATH/discriminator + PATH/generator)
+  -> (our param tree, config with ``model`` and ``objective`` filled)."""
+  _, config = read_pair_config(path, base)
+  sds = {n: checkpoint_io.read_hf_state_dict(os.path.join(path, n))[0]
+         for n in (DISCRIMINATOR, GENERATOR)}
   logging.info("Read ELECTRA pair from %s.", path)
   return from_hf_state_dicts(sds, config), config
 
