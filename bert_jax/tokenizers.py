@@ -34,8 +34,8 @@ import numpy as np
 # names here are read by TF-free code (Hugging Face export, fill_mask).
 if TYPE_CHECKING:
   import tensorflow as tf
+  from bert_jax import data_sources
 
-from bert_jax import data_sources
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 SENTENCEPIECE = "sentencepiece"
@@ -308,6 +308,7 @@ def cache_path(data: ml_collections.ConfigDict, workdir: str,
   ``workdir/tokenizer/<type>-<vocab size>-<case>-<hash of the train sources>/``
   so a change of sources, size or casing trains a new one.
   """
+  from bert_jax import data_sources  # TensorFlow's gfile: when training.
   plan = plan or data_sources.plan(data, workdir)
   sources = ("demo" if plan.uses_demo else
              ";".join(str(s) for s in plan.train))
@@ -324,6 +325,7 @@ def training_sentences(data: ml_collections.ConfigDict, workdir: Optional[str],
                        ) -> Iterator[str]:
   """Lines of the training sources for tokenizer training, weight-shared."""
   limit = limit or int(data.get("tokenizer_train_sentences", 2_000_000))
+  from bert_jax import data_sources  # TensorFlow's gfile: when training.
   plan = plan or data_sources.plan(data, workdir)
   total = sum(s.weight for s in plan.train)
   for s in plan.train:
@@ -352,6 +354,7 @@ def load_tokenizer(data: ml_collections.ConfigDict,
   if data.tokenizer_vocab_size < 16:
     raise ValueError(f"data.tokenizer_vocab_size={data.tokenizer_vocab_size} "
                      "is too small (need >= 16).")
+  from bert_jax import data_sources  # TensorFlow's gfile: when training.
   plan = data_sources.plan(data, workdir)
   path = cache_path(data, workdir, plan)
   if not tf.io.gfile.exists(path):
