@@ -174,7 +174,11 @@ class ElectraGeneratorModel(nnx.Module):
     self.embeddings = model_lib.Embeddings(config, rngs=rngs)
     self.generator = Generator(config, rngs=rngs)
 
-  def __call__(self, input_ids, input_mask, segment_ids, positions=None):
+  def __call__(self, input_ids, input_mask, segment_ids, positions=None, *,
+               deterministic=True):
+    """dict(mlm_logits=[B,P,V] or [B,T,V]), as BertForPreTraining's, so
+    that fill-mask runs either."""
+    del deterministic  # Inference only.
     x = self.embeddings(input_ids, segment_ids, deterministic=True, rngs=None)
-    return self.generator(x, input_mask, self.embeddings.word_embeddings[...],
-                          positions)
+    return dict(mlm_logits=self.generator(
+        x, input_mask, self.embeddings.word_embeddings[...], positions))

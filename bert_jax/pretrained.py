@@ -200,6 +200,24 @@ def load_params(source: Source | str, model_config=None, *,
   return params, report
 
 
+def electra_generator(source: Source | str):
+  """(generator params, generator model config) of an ELECTRA source (an
+  ELECTRA run's workdir/step or an exported pair), else None: the MLM half,
+  for fill-mask (family ``electra_generator``)."""
+  source = _as_source(source)
+  config = source.config
+  objective = config.get("objective", None) if config is not None else None
+  if objective is None or objective.get("name") != "electra":
+    return None
+  from bert_jax import electra_model
+  full = config_lib.complete(config)
+  full.objective = config.objective
+  params, _ = load_params(source, full.model)
+  return ({"embeddings": params["embeddings"],
+           "generator": params["generator"]},
+          electra_model.generator_config(full))
+
+
 # --------------------------------------------------------------------------
 # Objective / heads
 # --------------------------------------------------------------------------

@@ -253,6 +253,19 @@ def test_export_run_to_hf_and_continue_pretraining_from_it(tmp_path):
   tok = transformers.AutoTokenizer.from_pretrained(out / "generator")
   assert tok.mask_token == "[MASK]"
 
+  # bert_jax.fill_mask runs the generator, from the workdir or the export,
+  # and agrees with transformers' fill-mask pipeline on the export.
+  from bert_jax import fill_mask
+  text = "the list of [MASK] is sorted."
+  ours_run = fill_mask.fill_mask(str(run), text, top_k=3)
+  ours_hf = fill_mask.fill_mask(str(out), text, top_k=3)
+  theirs = transformers.pipeline("fill-mask", model=str(out / "generator"),
+                                 top_k=3)(text)
+  assert [r["token"] for r in ours_run] == [r["token"] for r in ours_hf] == [
+      r["token"] for r in theirs]
+  np.testing.assert_allclose([r["score"] for r in ours_hf],
+                             [r["score"] for r in theirs], atol=1e-5)
+
   # Continue pretraining from the Hugging Face pair (train.init_from).
   proc = subprocess.run(
       [*cmd, "--workdir", str(tmp_path / "continued"), *flags,
