@@ -413,3 +413,20 @@ def test_registered_tables_build_each_network_alone(tmp_path):
     theirs = model(*args)
     theirs = theirs["mlm_logits"] if network == "generator" else theirs
     np.testing.assert_array_equal(np.asarray(theirs), np.asarray(ours))
+
+
+def test_objective_name_alone_selects_electra_with_defaults():
+  """--config.objective.name=electra on a BERT config: ELECTRA's defaults
+  (generator 1/4 wide, weights 1 and 50), embeddings unfactorized."""
+  from bert_jax import objectives
+  c = config_lib.get_config("tiny")
+  c.model.update(vocab_size=VOCAB, max_position_embeddings=64)
+  c.objective.name = "electra"
+  obj = objectives.for_config(c)
+  assert obj.name == "electra"
+  m = nnx.eval_shape(lambda: obj.make_model(c, nnx.Rngs(0)))
+  assert m.generator.encoder.embeddings_project is not None
+  g = electra_model.generator_config(c)
+  assert (g.hidden_size, g.embedding_size) == (32, 128)
+  assert m.discriminator.encoder.embeddings_project is None
+  assert electra.settings(c).disc_weight == 50.0
