@@ -6,8 +6,8 @@ wide), so every test runs in seconds on CPU.
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -21,8 +21,18 @@ from bert_jax.hf import mapping as hf
 from bert_jax.hf import electra as hf_electra
 from bert_jax.objectives import electra
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import REPO
+
 VOCAB, SEQ, PREDS, BATCH = 128, 32, 6, 16
+
+
+def config_file(name: str):
+  """configs/<name>.py's get_config() (configs/ is files, not a package)."""
+  spec = importlib.util.spec_from_file_location(
+      f"configs_{name}", os.path.join(REPO, "configs", f"{name}.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
 
 
 def tiny_electra_config(embedding_size=32, **objective):
@@ -75,12 +85,10 @@ def test_generator_config_follows_google_rule():
   g = electra_model.generator_config(c)
   assert (g.hidden_size, g.num_attention_heads, g.intermediate_size,
           g.num_hidden_layers, g.embedding_size) == (16, 1, 64, 2, 32)
-  sys.path.insert(0, REPO)
-  from configs import electra_base, electra_small
-  g = electra_model.generator_config(electra_small.get_config())
+  g = electra_model.generator_config(config_file("electra_small"))
   assert (g.hidden_size, g.num_attention_heads, g.intermediate_size) == (
       64, 1, 256)
-  g = electra_model.generator_config(electra_base.get_config())
+  g = electra_model.generator_config(config_file("electra_base"))
   assert (g.hidden_size, g.num_attention_heads, g.intermediate_size) == (
       256, 4, 1024)
 
@@ -123,9 +131,7 @@ def test_every_param_has_logical_axes():
 def test_parameter_counts_match_hugging_face(config_name):
   torch = pytest.importorskip("torch")
   transformers = pytest.importorskip("transformers")
-  sys.path.insert(0, REPO)
-  config = __import__(f"configs.{config_name}",
-                      fromlist=["get_config"]).get_config()
+  config = config_file(config_name)
   counts = electra_model.count_params(nnx.eval_shape(
       lambda: electra_model.ElectraForPreTraining(config, rngs=nnx.Rngs(0))))
 

@@ -23,7 +23,8 @@ import time
 import numpy as np
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import REPO, child_env
+
 TOL = 1e-5
 STEPS = 3
 RUNS = {"single": (1, 1, 1), "dp8": (8, 1, 1), "fsdp8": (1, 8, 1),
@@ -35,7 +36,6 @@ RUNS = {"single": (1, 1, 1), "dp8": (8, 1, 1), "fsdp8": (1, 8, 1),
 # ------------------------------------------------------------------------------
 def child_main(out_path: str) -> None:
   import jax
-  sys.path.insert(0, REPO)
   from bert_jax import sharding
   from bert_jax import train
   from tests.test_electra import masked_batch, tiny_electra_config
@@ -72,10 +72,7 @@ def child_main(out_path: str) -> None:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   path = str(tmp_path_factory.mktemp("electra_sharding") / "runs.npz")
-  env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2",
-             XLA_FLAGS="--xla_force_host_platform_device_count=8 "
-             "--xla_backend_optimization_level=0",
-             PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  env = child_env(devices=8)
   proc = subprocess.run([sys.executable, os.path.abspath(__file__), "child",
                          path], env=env, cwd=REPO, capture_output=True,
                         text=True, timeout=900)
@@ -150,12 +147,10 @@ def _losses(workdir) -> dict[int, float]:
 
 
 def test_electra_resumes_exactly_after_kill(tmp_path):
-  env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2",
-             JAX_COMPILATION_CACHE_DIR=str(tmp_path / "cache"),
-             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-             JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
-             PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-  env.pop("XLA_FLAGS", None)
+  env = child_env(JAX_COMPILATION_CACHE_DIR=str(tmp_path / "cache"),
+                  JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                  JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+  env.pop("XLA_FLAGS", None)  # One device, both runs.
   ref_dir, run_dir = tmp_path / "reference", tmp_path / "killed"
   proc = _start(ref_dir, env)
   assert proc.wait(timeout=900) == 0, open(f"{ref_dir}.log").read()[-3000:]
@@ -196,9 +191,7 @@ def test_export_run_to_hf_and_continue_pretraining_from_it(tmp_path):
   from bert_jax import pretrained
   from bert_jax.hf import mapping
   from tests.test_electra import masked_batch
-  env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2",
-             HF_HUB_OFFLINE="1",
-             PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  env = child_env()
   env.pop("XLA_FLAGS", None)
   flags = [f for f in FLAGS if "num_steps" not in f] + [
       "--config.train.num_steps=4"]
