@@ -35,6 +35,9 @@ def model_config(size: str = "base") -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(
       vocab_size=30522,
       hidden_size=hidden,
+      # Width of the embedding tables (HF ElectraConfig/AlbertConfig name);
+      # 0 = hidden_size. Otherwise a projection E -> H follows (ELECTRA).
+      embedding_size=0,
       num_hidden_layers=layers,
       num_attention_heads=hidden // 64,
       intermediate_size=4 * hidden,

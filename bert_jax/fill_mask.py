@@ -3,8 +3,9 @@
   python -m bert_jax.fill_mask --model WORKDIR_OR_HF_DIR [--top_k 5] [--json] \
       "Elephants are playing in the zoo with monkeys. The story is about [MASK]."
 
---model is a training workdir (latest checkpoint, or --step), a Hugging Face
-BERT directory (ours from tools/convert_to_hf.py, or anyone's), a Google TF
+--model is a training workdir (latest checkpoint, or --step; an ELECTRA
+run fills with its generator), an ELECTRA export (discriminator/ +
+generator/), a Hugging Face BERT directory (ours from tools/convert_to_hf.py, or anyone's), a Google TF
 checkpoint directory, or a tools/convert_from_hf.py output. The model runs in
 JAX (float32); tokenization uses the `tokenizers` library with the same
 tokenizer.json an export writes, so no TensorFlow and no torch are imported.
@@ -32,21 +33,29 @@ _CLEANUP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"),
 
 
 def load(path: str, step: int | None = None):
-  """-> (params, model config, LoadedTokenizer) for any supported --model."""
+  """-> (params, model config, LoadedTokenizer, family) for any --model."""
   source = pretrained.resolve(path, step)
+  tokenizer = pretrained.load_tokenizer(
+      pretrained.resolve(f"{path}/generator")
+      if source.kind == pretrained.ELECTRA else source)
+  generator = pretrained.electra_generator(source)
+  if generator is not None:  # ELECTRA: the generator is the MLM.
+    return (*generator, tokenizer, "electra_generator")
   model_config = pretrained.load_model_config(source)
   params, _ = pretrained.load_params(source, model_config)
-  return params, model_config, pretrained.load_tokenizer(source)
+  return params, model_config, tokenizer, "bert"
 
 
 class FillMask:
   """A jitted float32 forward pass plus the pipeline's post-processing."""
 
   def __init__(self, params, model_config,
-               tokenizer: tokenizer_files.LoadedTokenizer):
+               tokenizer: tokenizer_files.LoadedTokenizer,
+               family: str = "bert"):
     import jax
     from flax import nnx
-    model = mapping.make_model(params, model_config, dtype="float32")
+    model = mapping.make_model(params, model_config, family=family,
+                               dtype="float32")
     graphdef, state = nnx.split(model)
     self._state = state
 

@@ -7,7 +7,14 @@ Kaplan et al. 2020 / the PaLM appendix:
   MLM head, per position that gets vocabulary logits:  6 * (d^2 + d V)
 
 (the 12 L T d term is QK^T and PV; embeddings, LayerNorm, softmax, GELU, the
-pooler and the NSP head are left out). bert_jax gathers the
+pooler and the NSP head are left out). With factorized embeddings (width
+E != d) the encoder adds the projection, 6 E d per token, and the MLM head
+maps d -> E: 6 (d E + E V).
+
+ELECTRA counts both networks (:func:`electra_train_flops_per_sequence`): the
+generator's encoder on every token plus its MLM head at the masked
+positions, and the discriminator's encoder plus its head (6 (d^2 + d)) on
+every token. bert_jax gathers the
 ``max_predictions_per_seq`` masked positions before the MLM head, so P
 positions per sequence get logits; a model that computes logits everywhere
 (Hugging Face ``FlaxBertForPreTraining``) does T of them and spends more FLOPs
@@ -43,18 +50,39 @@ KNOWN_PEAKS = {
 }
 
 
+def _embedding_size(model_config) -> int:
+  return int(model_config.get("embedding_size", 0) or model_config.hidden_size)
+
+
 def encoder_flops_per_token(model_config, seq_length: int) -> float:
-  """Training FLOPs of the encoder stack per token (forward + backward)."""
+  """Training FLOPs of the encoder stack per token (forward + backward),
+  with the E -> d embedding projection when the embeddings are factorized."""
   L = model_config.num_hidden_layers
   d = model_config.hidden_size
   f = model_config.intermediate_size
-  return 6.0 * L * (4 * d * d + 2 * d * f) + 12.0 * L * seq_length * d
+  e = _embedding_size(model_config)
+  project = 6.0 * e * d if e != d else 0.0
+  return 6.0 * L * (4 * d * d + 2 * d * f) + 12.0 * L * seq_length * d + project
 
 
 def mlm_head_flops_per_position(model_config) -> float:
-  """Training FLOPs of the MLM head (transform + tied decoder) per position."""
+  """Training FLOPs of the MLM head (transform d -> E + tied decoder)."""
   d, v = model_config.hidden_size, model_config.vocab_size
-  return 6.0 * (d * d + d * v)
+  e = _embedding_size(model_config)
+  return 6.0 * (d * e + e * v)
+
+
+def electra_train_flops_per_sequence(config) -> float:
+  """ELECTRA: generator (encoder + MLM head at the P masked positions) plus
+  discriminator (encoder + per-token head dense d -> d -> 1)."""
+  from bert_jax import electra_model  # pylint: disable=g-import-not-at-top
+  t, p = config.data.seq_length, config.data.max_predictions_per_seq
+  gen = electra_model.generator_config(config)
+  disc = config.model
+  d = disc.hidden_size
+  return (t * encoder_flops_per_token(gen, t)
+          + p * mlm_head_flops_per_position(gen)
+          + t * (encoder_flops_per_token(disc, t) + 6.0 * (d * d + d)))
 
 
 def train_flops_per_sequence(model_config, seq_length: int,
@@ -72,6 +100,9 @@ def train_flops_per_token(model_config, seq_length: int,
 
 def train_flops_per_step(config) -> float:
   """Model FLOPs of one optimizer step of `config` (global batch)."""
+  objective = config.get("objective", None)
+  if objective is not None and objective.get("name") == "electra":
+    return config.train.batch_size * electra_train_flops_per_sequence(config)
   return config.train.batch_size * train_flops_per_sequence(
       config.model, config.data.seq_length,
       config.data.max_predictions_per_seq)

@@ -38,6 +38,15 @@ def _dtype(config: ml_collections.ConfigDict):
   return jnp.dtype(config.dtype)
 
 
+def embedding_size(config: ml_collections.ConfigDict) -> int:
+  """E: width of the embedding tables (HF ``embedding_size``; 0/None = H).
+
+  When E != hidden_size the embeddings are factorized (ELECTRA-Small, ALBERT):
+  tables of width E and a projection E -> H at the encoder's input.
+  """
+  return int(config.get("embedding_size", 0) or config.hidden_size)
+
+
 def _normal(config, axes):
   return nnx.with_partitioning(
       nnx.initializers.normal(config.initializer_range), axes,
@@ -99,10 +108,16 @@ def gelu(x):
 
 
 class Embeddings(nnx.Module):
-  """Token + position + segment embeddings, summed, LayerNorm, dropout."""
+  """Token + position + segment embeddings, summed, LayerNorm, dropout.
+
+  Width E = :func:`embedding_size` (the hidden size unless factorized); the
+  projection to the hidden size belongs to the :class:`Encoder` that reads
+  them, so that two encoders of different widths can share one table
+  (ELECTRA's generator and discriminator).
+  """
 
   def __init__(self, config, *, rngs: nnx.Rngs):
-    d = config.hidden_size
+    d = embedding_size(config)
     self.word_embeddings = nnx.Param(_normal(config, ("vocab", "embed"))(
         rngs.params(), (config.vocab_size, d)))
     self.position_embeddings = nnx.Param(_normal(config, ("position", "embed"))(
@@ -252,11 +267,56 @@ def attention_bias(input_mask):
                    MASK_BIAS).astype(jnp.float32)
 
 
+def run_layers(layers, x, mask_bias, remat_policy: str, *, deterministic,
+               rngs):
+  """The transformer stack, each block optionally rematerialized."""
+  for layer in layers:
+    if remat_policy == "none":
+      x = layer(x, mask_bias, deterministic=deterministic, rngs=rngs)
+    else:  # Recompute the block in the backward pass (activation memory).
+      x = nnx.remat(
+          lambda l, x, m, r: l(x, m, deterministic=deterministic, rngs=r),
+          policy=REMAT_POLICIES[remat_policy])(layer, x, mask_bias, rngs)
+  return x
+
+
+class Encoder(nnx.Module):
+  """Embedded input [B,T,E] -> hidden states [B,T,H]: an optional
+  ``embeddings_project`` (E -> H, only when E != H) and the layer stack.
+
+  The building block of encoders that read someone else's embeddings
+  (ELECTRA's generator and discriminator share one :class:`Embeddings`).
+  """
+
+  def __init__(self, config, *, rngs: nnx.Rngs):
+    validate_model_config(config)
+    e, h = embedding_size(config), config.hidden_size
+    self.embeddings_project = (
+        Dense(config, e, h, (None, "embed"), rngs=rngs) if e != h else None)
+    self.layers = nnx.List(
+        [Layer(config, rngs=rngs) for _ in range(config.num_hidden_layers)])
+    self.remat_policy = config.remat_policy
+
+  def __call__(self, x, input_mask, *, deterministic=True, rngs=None):
+    if self.embeddings_project is not None:
+      x = self.embeddings_project(x)
+      x = logical.constrain(x, ("activation_batch", "activation_length",
+                                "activation_embed"))
+    return run_layers(self.layers, x, attention_bias(input_mask),
+                      self.remat_policy, deterministic=deterministic,
+                      rngs=rngs)
+
+
 class BertModel(nnx.Module):
   """Embeddings, encoder stack and pooler (dense + tanh on [CLS])."""
 
   def __init__(self, config, *, rngs: nnx.Rngs):
     validate_model_config(config)
+    if embedding_size(config) != config.hidden_size:
+      raise ValueError(
+          f"model.embedding_size={config.embedding_size} != model.hidden_size="
+          f"{config.hidden_size}: BERT has no embedding projection; set "
+          "model.embedding_size=0 (factorized embeddings are for ELECTRA).")
     self.embeddings = Embeddings(config, rngs=rngs)
     self.layers = nnx.List(
         [Layer(config, rngs=rngs) for _ in range(config.num_hidden_layers)])
@@ -269,15 +329,8 @@ class BertModel(nnx.Module):
     """Returns (sequence_output [B,T,d], pooled_output [B,d])."""
     x = self.embeddings(input_ids, segment_ids, deterministic=deterministic,
                         rngs=rngs)
-    mask_bias = attention_bias(input_mask)
-    policy = self.remat_policy
-    for layer in self.layers:
-      if policy == "none":
-        x = layer(x, mask_bias, deterministic=deterministic, rngs=rngs)
-      else:  # Recompute the block in the backward pass (activation memory).
-        x = nnx.remat(
-            lambda l, x, m, r: l(x, m, deterministic=deterministic, rngs=r),
-            policy=REMAT_POLICIES[policy])(layer, x, mask_bias, rngs)
+    x = run_layers(self.layers, x, attention_bias(input_mask),
+                   self.remat_policy, deterministic=deterministic, rngs=rngs)
     pooled = jnp.tanh(self.pooler(x[:, 0]).astype(jnp.float32))
     return x, pooled
 
@@ -300,12 +353,16 @@ class BertModel(nnx.Module):
 
 
 class MaskedLMHead(nnx.Module):
-  """Dense + GELU + LayerNorm, then the decoder tied to the word embeddings."""
+  """Dense + GELU + LayerNorm, then the decoder tied to the word embeddings.
+
+  The transform maps the hidden size H to the embedding width E (equal for
+  BERT; ELECTRA's generator maps its small H to the shared E).
+  """
 
   def __init__(self, config, *, rngs: nnx.Rngs):
-    d = config.hidden_size
-    self.transform = Dense(config, d, d, ("embed", None), rngs=rngs)
-    self.layer_norm = LayerNorm(config, d, rngs=rngs)
+    h, e = config.hidden_size, embedding_size(config)
+    self.transform = Dense(config, h, e, ("embed", None), rngs=rngs)
+    self.layer_norm = LayerNorm(config, e, rngs=rngs)
     self.bias = nnx.Param(_zeros(("vocab",))(rngs.params(),
                                              (config.vocab_size,)))
     self.dtype = _dtype(config)

@@ -8,6 +8,9 @@ the converters, fine-tuning) asks. Kinds of path:
   imported   a tools/convert_from_hf.py output (params.safetensors)
   hf         a Hugging Face directory (config.json + safetensors / .bin)
   tf         a Google TF checkpoint (bert_config.json + *.index)
+  electra    an ELECTRA pair: discriminator/ and generator/ Hugging Face
+             directories (``bert_jax.hf.electra``), loaded into the whole
+             ELECTRA tree (both networks)
 
   source = pretrained.resolve(path, step=None)
   model_config = pretrained.load_model_config(source)
@@ -38,6 +41,7 @@ from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
 
 WORKDIR, STEP, IMPORTED, HF, TF = "workdir", "step", "imported", "hf", "tf"
+ELECTRA = "electra"
 TOKENIZER_RECORD = os.path.join("tokenizer", "record.json")
 
 
@@ -97,6 +101,11 @@ def resolve(path: str, step: int | None = None) -> Source:
     config = ml_collections.ConfigDict(
         checkpoint_io.read_imported_config(path))
     return Source(IMPORTED, path, config=config)
+  if all(os.path.isfile(os.path.join(path, net, "config.json"))
+         for net in ("discriminator", "generator")):
+    from bert_jax.hf import electra
+    _, config = electra.read_pair_config(path)
+    return Source(ELECTRA, path, config=config, family="electra")
   hf_config = checkpoint_io.read_hf_config(path)
   family = (hf_config or {}).get("model_type", "bert")
   if path.endswith((".safetensors", ".bin")) and os.path.isfile(path) or (
@@ -120,7 +129,7 @@ def _as_source(source: Source | str) -> Source:
 def load_model_config(source: Source | str) -> ml_collections.ConfigDict:
   """The model config the source's params were made for."""
   source = _as_source(source)
-  if source.kind in (WORKDIR, STEP, IMPORTED):
+  if source.kind in (WORKDIR, STEP, IMPORTED, ELECTRA):
     if "model" not in source.config:
       raise FileNotFoundError(f"{source.path} stores no model config.")
     return ml_collections.ConfigDict(source.config.model.to_dict())
@@ -166,6 +175,17 @@ def load_params(source: Source | str, model_config=None, *,
   if source.kind == IMPORTED:
     params, src_cfg, report = checkpoint_io.load_imported(source.path)
     checkpoint_io.check_same_architecture(src_cfg, model_config, source.path)
+  elif source.kind == ELECTRA:
+    from bert_jax.hf import electra
+    checkpoint_io.check_same_architecture(source.config.model, model_config,
+                                          source.path)
+    if config is not None:
+      electra.check_same_generator(source.config, config, source.path)
+    params, _ = electra.load_pretrained(source.path, source.config)
+    report = mapping.ImportReport(
+        source=source.path, format="safetensors",
+        architecture="ElectraForPreTraining + ElectraForMaskedLM",
+        loaded=sorted(mapping.flatten_params(params)))
   else:
     hf_cfg = checkpoint_io.read_hf_config(source.path)
     if hf_cfg is not None:
@@ -178,6 +198,24 @@ def load_params(source: Source | str, model_config=None, *,
     params = checkpointing.place_params(params, abstract_params,
                                         source=source.path)
   return params, report
+
+
+def electra_generator(source: Source | str):
+  """(generator params, generator model config) of an ELECTRA source (an
+  ELECTRA run's workdir/step or an exported pair), else None: the MLM half,
+  for fill-mask (family ``electra_generator``)."""
+  source = _as_source(source)
+  config = source.config
+  objective = config.get("objective", None) if config is not None else None
+  if objective is None or objective.get("name") != "electra":
+    return None
+  from bert_jax import electra_model
+  full = config_lib.complete(config)
+  full.objective = config.objective
+  params, _ = load_params(source, full.model)
+  return ({"embeddings": params["embeddings"],
+           "generator": params["generator"]},
+          electra_model.generator_config(full))
 
 
 # --------------------------------------------------------------------------

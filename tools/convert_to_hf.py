@@ -1,4 +1,6 @@
-"""Export a training checkpoint as a Hugging Face BertForPreTraining directory.
+"""Export a training checkpoint as a Hugging Face BertForPreTraining directory
+(an ELECTRA run: OUT/discriminator ElectraForPreTraining + OUT/generator
+ElectraForMaskedLM, see bert_jax/hf/electra.py).
 
   python tools/convert_to_hf.py --workdir DIR [--step N] --output OUT
 
@@ -28,6 +30,13 @@ def convert(workdir: str, output: str, step: int | None = None) -> list[str]:
   source = pretrained.resolve(workdir, step)
   model_config = pretrained.load_model_config(source)
   params, _ = pretrained.load_params(source, model_config)
+  objective = source.config.get("objective", None) if source.config else None
+  if objective is not None and objective.get("name") == "electra":
+    from bert_jax.hf import electra  # pylint: disable=g-import-not-at-top
+    return electra.save_pretrained(
+        output, params, source.config,
+        tokenizer=pretrained.tokenizer_spec(source),
+        source=f"{source.workdir or source.path} step {source.step}")
   return checkpoint_io.save_hf_model(
       output, params, model_config, tokenizer=pretrained.tokenizer_spec(source),
       untrained_heads=pretrained.untrained_heads(source.config),

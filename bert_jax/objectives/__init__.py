@@ -48,6 +48,7 @@ class Objective:
 _MODULES = {
     "bert": "bert_jax.objectives.bert",
     "classify": "bert_jax.objectives.classify",
+    "electra": "bert_jax.objectives.electra",
 }
 
 

@@ -1,0 +1,171 @@
+"""ELECTRA: replaced-token detection (Clark et al. 2020).
+
+One step, as google-research/electra ``run_pretraining.py``:
+
+1. The batch comes masked by the input pipeline (``masked_lm_positions``,
+   ``masked_lm_ids`` = the original tokens, ``masked_lm_weights``; the
+   ``input_ids`` carry [MASK] at masked positions; ELECTRA's configs mask
+   85% [MASK] / 15% unchanged, no random tokens).
+2. The generator (a small BERT MLM) gives logits at the masked positions; its
+   loss is the usual MLM cross-entropy.
+3. One token per masked position is sampled from those logits (temperature
+   ``objective.temperature``, the step's rng), without gradient.
+4. The discriminator reads the ORIGINAL sequence with the samples written at
+   the masked positions and labels every real token: 1 = replaced (sample !=
+   original), 0 = original (a sample equal to the original counts as original).
+5. loss = gen_weight * MLM mean over masked positions
+          + disc_weight (50) * sigmoid BCE mean over non-padding tokens,
+   both normalised by global counts.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+from flax import nnx
+
+from bert_jax import electra_model
+from bert_jax import features
+from bert_jax.objectives import Objective, safe_div
+
+
+def objective_config() -> ml_collections.ConfigDict:
+  """The ``objective`` group of an ELECTRA run (configure_pretraining.py)."""
+  return ml_collections.ConfigDict(dict(
+      name="electra",
+      # Generator size as a fraction of the discriminator's hidden size
+      # (0.25 ELECTRA-Small, 1/3 Base and Large) and of its depth.
+      generator_hidden_size=0.25,
+      generator_layers=1.0,
+      # 0 = as google-research/electra: max(1, hidden // 64) heads and a
+      # 4 x hidden FFN. Set to match a generator imported from HF.
+      generator_num_attention_heads=0,
+      generator_intermediate_size=0,
+      gen_weight=1.0,  # MLM (generator) loss weight.
+      disc_weight=50.0,  # Replaced-token-detection loss weight.
+      temperature=1.0,  # Of the generator's sampling softmax.
+  ))
+
+
+def settings(config) -> ml_collections.ConfigDict:
+  """config.objective over the ELECTRA defaults, so that
+  ``--config.objective.name=electra`` works on any config."""
+  out = objective_config()
+  out.update({k: v for k, v in config.objective.items() if k in out})
+  return out
+
+
+def make_model(config, rngs: nnx.Rngs):
+  return electra_model.ElectraForPreTraining(config, rngs=rngs)
+
+
+def feature_spec(config):
+  del config
+  return features.PRETRAINING
+
+
+def scatter_positions(ids, positions, weights, values):
+  """`ids` [B,T] with `values` [B,P] written at `positions` where weight > 0.
+
+  Padded prediction slots (weight 0, position 0 by convention) write
+  nothing; a position listed twice (the maskers never do) takes the larger
+  value, still a valid id. A one-hot compare over T instead of a scatter:
+  elementwise and a reduction over P, so it shards along the batch like
+  everything else.
+  """
+  t = ids.shape[-1]
+  hit = (positions[..., None] == jnp.arange(t)) & (weights[..., None] > 0)
+  written = jnp.any(hit, axis=1)
+  value = jnp.max(jnp.where(hit, values[..., None], -1), axis=1)
+  return jnp.where(written, value.astype(ids.dtype), ids), written
+
+
+def replace_tokens(mlm_logits, batch, key, temperature: float):
+  """Sample the generator and build the discriminator's input.
+
+  Returns (disc_input_ids [B,T], labels [B,T] int32 1 = replaced, samples
+  [B,P]). The originals are the batch's ``masked_lm_ids`` (``input_ids`` has
+  [MASK] there); the samples carry no gradient.
+  """
+  logits = jax.lax.stop_gradient(mlm_logits.astype(jnp.float32))
+  samples = jax.random.categorical(key, logits / temperature, axis=-1)
+  samples = samples.astype(jnp.int32)
+  pos, w = batch["masked_lm_positions"], batch["masked_lm_weights"]
+  original, _ = scatter_positions(batch["input_ids"], pos, w,
+                                  batch["masked_lm_ids"])
+  corrupted, _ = scatter_positions(original, pos, w, samples)
+  labels = (corrupted != original).astype(jnp.int32)
+  return corrupted, labels, samples
+
+
+def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
+  """Per-batch SUMS of both losses and of the counts behind every metric."""
+  sample_key, dropout_key = jax.random.split(rng)
+  rngs = None if deterministic else nnx.Rngs(dropout=dropout_key)
+  mlm_logits = model.generator_logits(
+      batch["input_ids"], batch["input_mask"], batch["segment_ids"],
+      batch["masked_lm_positions"], deterministic=deterministic,
+      rngs=rngs).astype(jnp.float32)
+  ids, w = batch["masked_lm_ids"], batch["masked_lm_weights"]
+  nll = -jnp.take_along_axis(jax.nn.log_softmax(mlm_logits, axis=-1),
+                             ids[..., None], axis=-1)[..., 0]
+
+  corrupted, labels, samples = replace_tokens(
+      mlm_logits, batch, sample_key, settings(config).temperature)
+  disc_logits = model.discriminator_logits(
+      corrupted, batch["input_mask"], batch["segment_ids"],
+      deterministic=deterministic, rngs=rngs)
+  real = batch["input_mask"].astype(jnp.float32)
+  y = labels.astype(jnp.float32)
+  bce = optax.sigmoid_binary_cross_entropy(disc_logits, y)
+  pred = (disc_logits > 0).astype(jnp.float32)
+  return dict(
+      mlm_loss=jnp.sum(nll * w),
+      mlm_correct=jnp.sum((jnp.argmax(mlm_logits, -1) == ids) * w),
+      sampled_correct=jnp.sum((samples == ids) * w),
+      mlm_weight=jnp.sum(w),
+      disc_loss=jnp.sum(bce * real),
+      disc_correct=jnp.sum((pred == y) * real),
+      disc_true_positive=jnp.sum(pred * y * real),
+      disc_predicted_positive=jnp.sum(pred * real),
+      replaced=jnp.sum(y * real),
+      disc_weight=jnp.sum(real),
+  )
+
+
+def counts(batch, config) -> dict:
+  del config
+  return dict(mlm_weight=jnp.sum(batch["masked_lm_weights"]),
+              disc_weight=jnp.sum(batch["input_mask"].astype(jnp.float32)))
+
+
+def loss(sums, counts_, config):
+  obj = settings(config)
+  return (obj.gen_weight * safe_div(sums["mlm_loss"], counts_["mlm_weight"])
+          + obj.disc_weight * safe_div(sums["disc_loss"],
+                                       counts_["disc_weight"]))
+
+
+def metrics(sums, counts_, config) -> dict:
+  return dict(
+      loss=loss(sums, counts_, config),
+      mlm_loss=safe_div(sums["mlm_loss"], counts_["mlm_weight"]),
+      mlm_accuracy=safe_div(sums["mlm_correct"], counts_["mlm_weight"]),
+      sampled_accuracy=safe_div(sums["sampled_correct"], counts_["mlm_weight"]),
+      disc_loss=safe_div(sums["disc_loss"], counts_["disc_weight"]),
+      disc_accuracy=safe_div(sums["disc_correct"], counts_["disc_weight"]),
+      disc_precision=safe_div(sums["disc_true_positive"],
+                              sums["disc_predicted_positive"]),
+      disc_recall=safe_div(sums["disc_true_positive"], sums["replaced"]),
+      replaced_share=safe_div(sums["replaced"], counts_["disc_weight"]),
+  )
+
+
+OBJECTIVE = Objective(
+    name="electra", make_model=make_model, feature_spec=feature_spec,
+    loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
+    log_keys=(("loss", "loss"), ("gen_acc", "mlm_accuracy"),
+              ("disc_acc", "disc_accuracy"), ("disc_prec", "disc_precision"),
+              ("disc_rec", "disc_recall"), ("replaced", "replaced_share")))
