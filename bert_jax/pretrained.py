@@ -89,7 +89,8 @@ def resolve(path: str, step: int | None = None) -> Source:
     kind = STEP if os.path.basename(path).isdigit() else WORKDIR
     config = ml_collections.ConfigDict(
         checkpointing.stored_config(step_dir) or {})
-    return Source(kind, path, chosen, step_dir, workdir, config)
+    return Source(kind, path, chosen, step_dir, workdir, config,
+                  family=run_family(config))
   if step is not None:
     raise ValueError(f"{path} is not a training workdir: --step={step} "
                      "applies only to workdirs.")
@@ -98,7 +99,7 @@ def resolve(path: str, step: int | None = None) -> Source:
         checkpoint_io.read_imported_config(path))
     return Source(IMPORTED, path, config=config)
   hf_config = checkpoint_io.read_hf_config(path)
-  family = (hf_config or {}).get("model_type", "bert")
+  family = mapping.for_hf_config(hf_config).name
   if path.endswith((".safetensors", ".bin")) and os.path.isfile(path) or (
       hf_config is not None and any(os.path.exists(os.path.join(path, f))
                                     for f in checkpoint_io.HF_WEIGHT_FILES)):
@@ -111,6 +112,14 @@ def resolve(path: str, step: int | None = None) -> Source:
       f"({checkpoint_io.IMPORTED_PARAMS}), a Hugging Face directory "
       "(config.json + model.safetensors or pytorch_model.bin) or a TF "
       "checkpoint (*.index).")
+
+
+def run_family(config) -> str:
+  """The HF family table of a run's params, from its objective (runs older
+  than ``config.objective`` trained BERT); ValueError if it has none."""
+  objective = (config.get("objective") or {}).get("name", "bert") if (
+      config is not None) else "bert"
+  return mapping.for_objective(objective).name
 
 
 def _as_source(source: Source | str) -> Source:
@@ -151,8 +160,9 @@ def load_params(source: Source | str, model_config=None, *,
     model_config = load_model_config(source)
   from bert_jax import checkpointing
   if source.kind in (WORKDIR, STEP):
-    report = mapping.ImportReport(source=source.step_dir, format="bert_jax",
-                                  architecture="BertForPreTraining")
+    report = mapping.ImportReport(
+        source=source.step_dir, format="bert_jax",
+        architecture=mapping.get(source.family).export_architecture)
     if abstract_params is not None:  # Read straight onto the shardings.
       params, _ = checkpointing.restore_params(
           source.step_dir, abstract_params, config=config)
@@ -193,8 +203,11 @@ def nsp_trained(config) -> bool:
 
 
 def untrained_heads(config) -> tuple[str, ...]:
-  """HF prefixes of heads a run with `config` left at their random init."""
-  return () if nsp_trained(config) else ("bert.pooler", "cls.seq_relationship")
+  """HF prefixes of heads a run with `config` left at their random init:
+  its family's sentence-pair heads when it trained no NSP / SOP."""
+  if nsp_trained(config):
+    return ()
+  return mapping.get(run_family(config)).sentence_heads
 
 
 # --------------------------------------------------------------------------
@@ -224,7 +237,8 @@ def record_tokenizer(workdir: str, tok) -> None:
     f.write(json.dumps(record, indent=2) + "\n")
 
 
-def _read_text(path: str) -> str | None:
+def read_text(path: str) -> str | None:
+  """A text file (local or tf.io.gfile path), or None when absent."""
   if "://" in path:
     import tensorflow as tf  # Only gs:// and other remote workdirs need it.
     if not tf.io.gfile.exists(path):
@@ -248,7 +262,7 @@ def tokenizer_spec(source: Source | str) -> tokenizer_files.TokenizerSpec:
   source = _as_source(source)
   spec = tokenizer_files.TokenizerSpec
   if source.kind in (WORKDIR, STEP):
-    text = _read_text(os.path.join(source.workdir, TOKENIZER_RECORD))
+    text = read_text(os.path.join(source.workdir, TOKENIZER_RECORD))
     if text is None:
       return _search_old_workdir(source.workdir, source.config)
     rec = json.loads(text)
