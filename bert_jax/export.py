@@ -51,7 +51,8 @@ def export_run(path: str, output: str, step: int | None = None) -> list[str]:
   params, _ = pretrained.load_params(source, model_config)
   where = source.workdir or source.path
   return checkpoint_io.save_hf_model(
-      output, params, model_config, family=source.family,
+      output, params, model_config,
+      family=source.family or pretrained.run_family(source.config),
       tokenizer=pretrained.tokenizer_spec(source),
       untrained_heads=pretrained.untrained_heads(source.config),
       label_names=run_label_names(source),

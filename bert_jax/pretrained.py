@@ -50,7 +50,7 @@ class Source:
   step_dir: str = ""  # checkpoints/<step> (workdir / step kinds)
   workdir: str = ""  # the run's workdir (workdir / step kinds)
   config: Any = None  # the stored run config (ConfigDict) when there is one
-  family: str = "bert"
+  family: str = "bert"  # hf.mapping table; "" for a run with none
 
 
 def _abs(path: str) -> str:
@@ -90,7 +90,7 @@ def resolve(path: str, step: int | None = None) -> Source:
     config = ml_collections.ConfigDict(
         checkpointing.stored_config(step_dir) or {})
     return Source(kind, path, chosen, step_dir, workdir, config,
-                  family=run_family(config))
+                  family=run_family(config, strict=False))
   if step is not None:
     raise ValueError(f"{path} is not a training workdir: --step={step} "
                      "applies only to workdirs.")
@@ -114,12 +114,18 @@ def resolve(path: str, step: int | None = None) -> Source:
       "checkpoint (*.index).")
 
 
-def run_family(config) -> str:
+def run_family(config, strict: bool = True) -> str:
   """The HF family table of a run's params, from its objective (runs older
-  than ``config.objective`` trained BERT); ValueError if it has none."""
+  than ``config.objective`` trained BERT). An objective with no table
+  raises ValueError, or gives "" when not `strict`."""
   objective = (config.get("objective") or {}).get("name", "bert") if (
       config is not None) else "bert"
-  return mapping.for_objective(objective).name
+  try:
+    return mapping.for_objective(objective).name
+  except ValueError:
+    if strict:
+      raise
+    return ""
 
 
 def _as_source(source: Source | str) -> Source:
@@ -162,7 +168,8 @@ def load_params(source: Source | str, model_config=None, *,
   if source.kind in (WORKDIR, STEP):
     report = mapping.ImportReport(
         source=source.step_dir, format="bert_jax",
-        architecture=mapping.get(source.family).export_architecture)
+        architecture=mapping.get(source.family).export_architecture
+        if source.family else "")
     if abstract_params is not None:  # Read straight onto the shardings.
       params, _ = checkpointing.restore_params(
           source.step_dir, abstract_params, config=config)
@@ -205,9 +212,10 @@ def nsp_trained(config) -> bool:
 def untrained_heads(config) -> tuple[str, ...]:
   """HF prefixes of heads a run with `config` left at their random init:
   its family's sentence-pair heads when it trained no NSP / SOP."""
-  if nsp_trained(config):
+  family = run_family(config, strict=False)
+  if nsp_trained(config) or not family:
     return ()
-  return mapping.get(run_family(config)).sentence_heads
+  return mapping.get(family).sentence_heads
 
 
 # --------------------------------------------------------------------------
