@@ -198,7 +198,12 @@ def encoder_init(source, trainer, fresh_params):
   """Fresh params with the checkpoint's encoder (`bert` subtree) in place:
   the classifier stays at its random init (reported), as in HF."""
   from bert_jax import checkpointing
-  loaded, report = pretrained.load_params(source, trainer.config.model,
+  # Loaded with the source's own head width (an exported classifier of
+  # another task loads too); only its encoder is kept.
+  model_config = ml_collections.ConfigDict(trainer.config.model.to_dict())
+  model_config.num_labels = pretrained.load_model_config(source).get(
+      "num_labels", model_config.num_labels)
+  loaded, report = pretrained.load_params(source, model_config,
                                           seed=trainer.config.train.seed)
   if "bert" not in loaded:
     raise ValueError(f"{source.path} holds no BERT encoder (no 'bert' params).")
@@ -236,6 +241,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
                            check_sources=False)
     tok = tokenizers.load(tok_spec.path, tok_spec.kind, tok_spec.lower_case)
     config_checks.check_tokenizer(config, tok)
+    pretrained.record_tokenizer(workdir, tok)  # What an export ships with.
     logging.info("Task %s: %d train rows, eval %s; %d steps of batch %d.",
                  spec.name, len(train_rows),
                  {k: len(v) for k, v in eval_rows.items()},

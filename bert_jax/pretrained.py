@@ -54,7 +54,7 @@ class Source:
   step_dir: str = ""  # checkpoints/<step> (workdir / step kinds)
   workdir: str = ""  # the run's workdir (workdir / step kinds)
   config: Any = None  # the stored run config (ConfigDict) when there is one
-  family: str = "bert"
+  family: str = "bert"  # hf.mapping table; "" for a run with none
 
 
 def _abs(path: str) -> str:
@@ -93,7 +93,8 @@ def resolve(path: str, step: int | None = None) -> Source:
     kind = STEP if os.path.basename(path).isdigit() else WORKDIR
     config = ml_collections.ConfigDict(
         checkpointing.stored_config(step_dir) or {})
-    return Source(kind, path, chosen, step_dir, workdir, config)
+    return Source(kind, path, chosen, step_dir, workdir, config,
+                  family=run_family(config, strict=False))
   if step is not None:
     raise ValueError(f"{path} is not a training workdir: --step={step} "
                      "applies only to workdirs.")
@@ -107,7 +108,7 @@ def resolve(path: str, step: int | None = None) -> Source:
     _, config = electra.read_pair_config(path)
     return Source(ELECTRA, path, config=config, family="electra")
   hf_config = checkpoint_io.read_hf_config(path)
-  family = (hf_config or {}).get("model_type", "bert")
+  family = mapping.for_hf_config(hf_config).name
   if path.endswith((".safetensors", ".bin")) and os.path.isfile(path) or (
       hf_config is not None and any(os.path.exists(os.path.join(path, f))
                                     for f in checkpoint_io.HF_WEIGHT_FILES)):
@@ -120,6 +121,20 @@ def resolve(path: str, step: int | None = None) -> Source:
       f"({checkpoint_io.IMPORTED_PARAMS}), a Hugging Face directory "
       "(config.json + model.safetensors or pytorch_model.bin) or a TF "
       "checkpoint (*.index).")
+
+
+def run_family(config, strict: bool = True) -> str:
+  """The HF family table of a run's params, from its objective (runs older
+  than ``config.objective`` trained BERT). An objective with no table
+  raises ValueError, or gives "" when not `strict`."""
+  objective = (config.get("objective") or {}).get("name", "bert") if (
+      config is not None) else "bert"
+  try:
+    return mapping.for_objective(objective).name
+  except ValueError:
+    if strict:
+      raise
+    return ""
 
 
 def _as_source(source: Source | str) -> Source:
@@ -160,8 +175,10 @@ def load_params(source: Source | str, model_config=None, *,
     model_config = load_model_config(source)
   from bert_jax import checkpointing
   if source.kind in (WORKDIR, STEP):
-    report = mapping.ImportReport(source=source.step_dir, format="bert_jax",
-                                  architecture="BertForPreTraining")
+    report = mapping.ImportReport(
+        source=source.step_dir, format="bert_jax",
+        architecture=mapping.get(source.family).export_architecture
+        if source.family else "")
     if abstract_params is not None:  # Read straight onto the shardings.
       params, _ = checkpointing.restore_params(
           source.step_dir, abstract_params, config=config)
@@ -231,8 +248,12 @@ def nsp_trained(config) -> bool:
 
 
 def untrained_heads(config) -> tuple[str, ...]:
-  """HF prefixes of heads a run with `config` left at their random init."""
-  return () if nsp_trained(config) else ("bert.pooler", "cls.seq_relationship")
+  """HF prefixes of heads a run with `config` left at their random init:
+  its family's sentence-pair heads when it trained no NSP / SOP."""
+  family = run_family(config, strict=False)
+  if nsp_trained(config) or not family:
+    return ()
+  return mapping.get(family).sentence_heads
 
 
 # --------------------------------------------------------------------------
@@ -262,7 +283,8 @@ def record_tokenizer(workdir: str, tok) -> None:
     f.write(json.dumps(record, indent=2) + "\n")
 
 
-def _read_text(path: str) -> str | None:
+def read_text(path: str) -> str | None:
+  """A text file (local or tf.io.gfile path), or None when absent."""
   if "://" in path:
     import tensorflow as tf  # Only gs:// and other remote workdirs need it.
     if not tf.io.gfile.exists(path):
@@ -286,7 +308,7 @@ def tokenizer_spec(source: Source | str) -> tokenizer_files.TokenizerSpec:
   source = _as_source(source)
   spec = tokenizer_files.TokenizerSpec
   if source.kind in (WORKDIR, STEP):
-    text = _read_text(os.path.join(source.workdir, TOKENIZER_RECORD))
+    text = read_text(os.path.join(source.workdir, TOKENIZER_RECORD))
     if text is None:
       return _search_old_workdir(source.workdir, source.config)
     rec = json.loads(text)

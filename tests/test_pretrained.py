@@ -199,7 +199,7 @@ def test_record_on_a_url_workdir():
   pretrained.record_tokenizer(workdir, types.SimpleNamespace(
       kind="wordpiece", path=workdir + "/tokenizer/wp/vocab.txt",
       lower_case=True))
-  record = json.loads(pretrained._read_text(  # pylint: disable=protected-access
+  record = json.loads(pretrained.read_text(
       workdir + "/tokenizer/record.json"))
   assert record == dict(kind="wordpiece", path="tokenizer/wp/vocab.txt",
                         lower_case=True)

@@ -87,3 +87,70 @@ def strip_mlm_head(src: str, dst: str) -> None:
   cfg["architectures"] = ["BertModel"]
   with open(os.path.join(dst, "config.json"), "w") as f:
     json.dump(cfg, f)
+
+
+# -----------------------------------------------------------------------------
+# A learnable fine-tuning task: the label is which keyword the sentence holds.
+# -----------------------------------------------------------------------------
+POSITIVE = ("great", "good", "nice", "fun")
+NEGATIVE = ("terrible", "bad", "awful", "boring")
+FILLER = ("the a it was this movie film story plot acting and very really "
+          "quite i we saw watched").split()
+
+
+def keyword_rows(n: int, seed: int, regression: bool = False):
+  """[(text, label)]: "pos"/"neg" by keyword, or (regression) the number of
+  positive keywords minus the negative ones, as a float string."""
+  import random
+  r = random.Random(seed)
+  out = []
+  for _ in range(n):
+    words = [r.choice(FILLER) for _ in range(r.randint(3, 12))]
+    label = r.randint(0, 1)
+    words.insert(r.randint(0, len(words)),
+                 r.choice(POSITIVE if label else NEGATIVE))
+    if regression:
+      extra = r.choice(POSITIVE + NEGATIVE)
+      words.append(extra)
+      score = label * 2 - 1 + (1 if extra in POSITIVE else -1)
+      out.append((" ".join(words), f"{score / 2:.1f}"))
+    else:
+      out.append((" ".join(words), "pos" if label else "neg"))
+  return out
+
+
+def write_keyword_task(directory: str, n_train: int = 512, n_dev: int = 64,
+                       regression: bool = False) -> tuple[str, str]:
+  """train.csv and dev.csv (columns text, label) in `directory`."""
+  import csv
+  os.makedirs(directory, exist_ok=True)
+  paths = []
+  for name, n, seed in (("train", n_train, 0), ("dev", n_dev, 1)):
+    path = os.path.join(directory, f"{name}.csv")
+    with open(path, "w", newline="") as f:
+      w = csv.writer(f)
+      w.writerow(["text", "label"])
+      w.writerows(keyword_rows(n, seed, regression))
+    paths.append(path)
+  return paths[0], paths[1]
+
+
+def finetune_config(init_from: str, train_file: str, dev_file: str, *,
+                    num_steps: int = 40, regression: bool = False,
+                    learning_rate: float = 1e-3):
+  """configs/finetune.py on the keyword task, tiny-run sized."""
+  import importlib.util
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  spec = importlib.util.spec_from_file_location(
+      "configs_finetune", os.path.join(repo, "configs", "finetune.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  config = module.get_config()
+  config.task.update(name="kw", train_file=train_file,
+                     validation_file=dev_file, text_field="text",
+                     regression=regression)
+  config.train.update(init_from=init_from, learning_rate=learning_rate,
+                      batch_size=16, num_steps=num_steps)
+  config.data.seq_length = 32
+  config.model.dtype = "float32"
+  return config

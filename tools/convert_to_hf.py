@@ -1,20 +1,27 @@
-"""Export a training checkpoint as a Hugging Face BertForPreTraining directory
-(an ELECTRA run: OUT/discriminator ElectraForPreTraining + OUT/generator
-ElectraForMaskedLM, see bert_jax/hf/electra.py).
+"""Export a training checkpoint as a Hugging Face directory.
 
-  python tools/convert_to_hf.py --workdir DIR [--step N] --output OUT
+  python tools/convert_to_hf.py WORKDIR OUT [--step N]
+  python tools/convert_to_hf.py --workdir WORKDIR --output OUT [--step N]
 
-Writes OUT/config.json, OUT/model.safetensors (float32, whatever the compute
-dtype; the tied MLM decoder written explicitly) and tokenizer files that
+The class follows the run's objective (config.objective.name, through
+``hf.mapping.for_objective``): a pretraining run becomes
+BertForPreTraining, a fine-tuning run (``bert_jax.finetune``) becomes
+BertForSequenceClassification with the run's id2label / label2id
+(problem_type "regression" for one output). Writes OUT/config.json,
+OUT/model.safetensors (float32, whatever the compute dtype; BERT's tied MLM
+decoder written explicitly) and tokenizer files that
 transformers.AutoTokenizer loads with no custom code. Reads the checkpoint
 with no mesh and no TensorFlow. Then, in PyTorch:
 
-  from transformers import BertForPreTraining, pipeline
-  model = BertForPreTraining.from_pretrained(OUT)
+  from transformers import pipeline
   pipeline("fill-mask", model=OUT)("Paris is the [MASK] of France.")
+  pipeline("text-classification", model=OUT)("a great movie")  # fine-tuned
 
-If the run trained without NSP (data.nsp=False), the pooler and NSP head are
-untrained: a warning is logged and OUT/UNTRAINED_HEADS.md says so.
+An ELECTRA run becomes a pair: OUT/discriminator (ElectraForPreTraining)
+and OUT/generator (ElectraForMaskedLM), see bert_jax/hf/electra.py.
+If a pretraining run trained without NSP (data.nsp=False), the pooler and
+NSP head are untrained: a warning is logged and OUT/UNTRAINED_HEADS.md says
+so.
 """
 
 import argparse
@@ -22,34 +29,28 @@ import logging
 import os
 import sys
 
-from bert_jax import pretrained
-from bert_jax.hf import checkpoint_io
+from bert_jax import export
 
 
 def convert(workdir: str, output: str, step: int | None = None) -> list[str]:
-  source = pretrained.resolve(workdir, step)
-  model_config = pretrained.load_model_config(source)
-  params, _ = pretrained.load_params(source, model_config)
-  objective = source.config.get("objective", None) if source.config else None
-  if objective is not None and objective.get("name") == "electra":
-    from bert_jax.hf import electra  # pylint: disable=g-import-not-at-top
-    return electra.save_pretrained(
-        output, params, source.config,
-        tokenizer=pretrained.tokenizer_spec(source),
-        source=f"{source.workdir or source.path} step {source.step}")
-  return checkpoint_io.save_hf_model(
-      output, params, model_config, tokenizer=pretrained.tokenizer_spec(source),
-      untrained_heads=pretrained.untrained_heads(source.config),
-      source=f"{source.workdir or source.path} step {source.step}")
+  return export.export_run(workdir, output, step)
 
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--workdir", required=True)
+  parser.add_argument("paths", nargs="*", metavar="PATH",
+                      help="WORKDIR OUT (or use --workdir, --output).")
+  parser.add_argument("--workdir", default=None)
   parser.add_argument("--step", type=int, default=None,
                       help="Checkpoint step (default: latest).")
-  parser.add_argument("--output", required=True)
+  parser.add_argument("--output", default=None)
   args = parser.parse_args(argv)
+  positional = list(args.paths)
+  args.workdir = args.workdir or (positional.pop(0) if positional else None)
+  args.output = args.output or (positional.pop(0) if positional else None)
+  if not args.workdir or not args.output or positional:
+    parser.error("give WORKDIR and OUT (positionally or as --workdir, "
+                 "--output), once each.")
   logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
   written = convert(args.workdir, args.output, args.step)
   print(f"Wrote {args.output}: {', '.join(written)}")

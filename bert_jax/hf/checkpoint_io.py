@@ -50,12 +50,14 @@ HF_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json",
 # Configs
 # --------------------------------------------------------------------------
 def hf_config_from_model_config(model_config, *, pad_token_id: int = 0,
-                                architectures=("BertForPreTraining",),
+                                architectures=None,
                                 family: str = "bert",
                                 extra: Mapping[str, Any] | None = None) -> dict:
-  """Our model config -> an HF config dict (config.json)."""
-  cfg = {"architectures": list(architectures),
-         "model_type": mapping.get(family).model_type}
+  """Our model config -> an HF config dict (config.json); `architectures`
+  defaults to the class the family exports."""
+  fam = mapping.get(family)
+  cfg = {"architectures": list(architectures or (fam.export_architecture,)),
+         "model_type": fam.model_type}
   for f in MODEL_FIELDS:
     cfg[f] = model_config[f]
   for f in ("vocab_size", "hidden_size", "num_hidden_layers",
@@ -81,6 +83,10 @@ def model_config_from_hf_config(hf_config: Mapping[str, Any]):
       cfg[f] = type(cfg[f])(hf_config[f])
   if "intermediate_size" not in hf_config:
     cfg.intermediate_size = 4 * cfg.hidden_size
+  # Sequence classification heads: num_labels, or as many as id2label names.
+  labels = hf_config.get("num_labels") or len(hf_config.get("id2label") or {})
+  if labels:
+    cfg.num_labels = int(labels)
   if "num_attention_heads" not in hf_config:
     cfg.num_attention_heads = cfg.hidden_size // 64
   model_type = hf_config.get("model_type", "bert")
@@ -251,11 +257,14 @@ def save_hf_model(out_dir: str, params, model_config, *,
                   tokenizer: tokenizer_files.TokenizerSpec | None = None,
                   untrained_heads: tuple[str, ...] = (),
                   family: str = "bert",
-                  source: str = "") -> list[str]:
+                  source: str = "",
+                  label_names=()) -> list[str]:
   """Write an HF directory of the family; returns the files written.
 
-  config.json + model.safetensors (float32, tied weights written explicitly)
-  + tokenizer files. `untrained_heads` (HF prefixes, e.g. from
+  config.json (architectures: the family's export class, plus the family's
+  own fields, e.g. id2label from `label_names` for classification) +
+  model.safetensors (float32, tied weights written explicitly) + tokenizer
+  files. `untrained_heads` (HF prefixes, e.g. from
   ``pretrained.untrained_heads``) are flagged: a warning, a note file, and a
   key in config.json.
   """
@@ -286,7 +295,10 @@ def save_hf_model(out_dir: str, params, model_config, *,
     if n_tok > int(model_config.vocab_size):
       raise ValueError(f"The tokenizer has {n_tok} tokens but "
                        f"model.vocab_size={model_config.vocab_size}.")
-  extra = {"bert_jax_source": source} if source else {}
+  fields = mapping.get(family).config_fields
+  extra = dict(fields(model_config, tuple(label_names))) if fields else {}
+  if source:
+    extra["bert_jax_source"] = source
   if untrained_heads:
     extra["bert_jax_untrained_heads"] = list(untrained_heads)
     msg = ("This run did not train " + " and ".join(untrained_heads) +

@@ -60,6 +60,16 @@ class Family:
   # Our path fragment -> the model config field that sets that dimension,
   # named in shape-mismatch errors (default: hidden_size).
   shape_fields: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  # The class written to config.json "architectures" on export.
+  export_architecture: str = ""
+  # Training objectives (`bert_jax.objectives` names) whose params this
+  # table describes: how an export picks its family (:func:`for_objective`).
+  objectives: tuple[str, ...] = ()
+  # HF prefixes trained only by the sentence-pair objective (NSP / SOP):
+  # flagged as untrained when a run had none.
+  sentence_heads: tuple[str, ...] = ()
+  # (model_config, label_names) -> extra config.json entries, or None.
+  config_fields: Callable | None = None
 
   def table(self, num_layers: int) -> list[Row]:
     """The rows with "{i}" expanded for `num_layers` encoder layers."""
@@ -95,6 +105,30 @@ def get(name: str = "bert") -> Family:
 
 def table(num_layers: int, family: str = "bert") -> list[Row]:
   return get(family).table(num_layers)
+
+
+def for_objective(objective: str) -> Family:
+  """The family whose params a run of `objective` trains: the one mapping
+  from training objective to Hugging Face architecture."""
+  for fam in FAMILIES.values():
+    if objective in fam.objectives:
+      return fam
+  raise ValueError(f"objective.name={objective!r} has no Hugging Face export "
+                   f"table; exportable objectives: "
+                   f"{sorted(o for f in FAMILIES.values() for o in f.objectives)}.")
+
+
+def for_hf_config(hf_config: Mapping[str, Any] | None) -> Family:
+  """The family of an HF config.json: the one exporting its first
+  architecture, else the one named by its model_type (default BERT)."""
+  hf_config = hf_config or {}
+  arch = (hf_config.get("architectures") or [""])[0]
+  model_type = hf_config.get("model_type", "bert")
+  for fam in FAMILIES.values():
+    if arch and fam.export_architecture == arch and (
+        fam.model_type == model_type):
+      return fam
+  return get(model_type) if model_type in FAMILIES else get()
 
 
 # --------------------------------------------------------------------------
@@ -159,6 +193,9 @@ BERT = register(Family(
                   "position_embeddings": "max_position_embeddings",
                   "token_type_embeddings": "type_vocab_size",
                   "intermediate": "intermediate_size"},
+    export_architecture="BertForPreTraining",
+    objectives=("bert",),
+    sentence_heads=("bert.pooler", "cls.seq_relationship"),
 ))
 
 
@@ -443,3 +480,7 @@ def make_model(params: Mapping[str, Any], model_config, *,
                            for k, v in flatten_params(params).items()})
   nnx.replace_by_pure_dict(state, pure)
   return nnx.merge(graphdef, state, rest)
+
+
+# Families in their own modules register themselves on import.
+from bert_jax.hf import sequence_classification  # pylint: disable=g-import-not-at-top,wrong-import-position,unused-import
