@@ -379,7 +379,7 @@ class Trainer:
     with self._context():
       spec = p.batch_spec(self.config.train.batch_size)
       self.train_step = p.train_step.lower(p.abstract_state, spec).compile()
-      self._train_steps[spec["input_ids"].shape] = self.train_step
+      self._config_shape = spec["input_ids"].shape
       if self._evaluate_fn is None:  # Else the caller's evaluate compiles.
         self.eval_step = p.eval_step.lower(
             p.abstract_state["params"],
@@ -398,6 +398,8 @@ class Trainer:
     """The compiled step for this batch's shape: the config's shape is
     compiled at start-up; bucketed fine-tuning compiles each bucket once."""
     shape = batch["input_ids"].shape
+    if shape == self._config_shape:
+      return self.train_step  # Looked up here so that it can be wrapped.
     step = self._train_steps.get(shape)
     if step is None:
       start = time.time()
