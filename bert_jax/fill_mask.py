@@ -4,7 +4,8 @@
       "Elephants are playing in the zoo with monkeys. The story is about [MASK]."
 
 --model is a training workdir (latest checkpoint, or --step), a Hugging Face
-BERT directory (ours from tools/convert_to_hf.py, or anyone's), a Google TF
+BERT, ALBERT or DistilBERT directory (ours from tools/convert_to_hf.py /
+bert_jax.hf_family, or anyone's), a Google TF
 checkpoint directory, or a tools/convert_from_hf.py output. The model runs in
 JAX (float32); tokenization uses the `tokenizers` library with the same
 tokenizer.json an export writes, so no TensorFlow and no torch are imported.
@@ -40,8 +41,13 @@ def _is_hf_dir(path: str) -> bool:
 
 def load(path: str, step: int | None = None):
   """-> (params, model config, hf.LoadedTokenizer) for any supported --model."""
+  from bert_jax import hf_family
   if os.path.isfile(os.path.join(path, hf.IMPORTED_PARAMS)):
     params, model_config = hf.load_imported(path)
+    return params, model_config, hf.load_hf_tokenizer(path)
+  hf_cfg = hf.read_hf_config(path)
+  if hf_cfg and hf_cfg.get("model_type") in hf_family.ARCHITECTURES:
+    _, params, model_config = hf_family.load(path)
     return params, model_config, hf.load_hf_tokenizer(path)
   if _is_hf_dir(path):
     params, _ = hf.load_hf_params(path)
@@ -60,7 +66,12 @@ class FillMask:
   def __init__(self, params, model_config, tokenizer: hf.LoadedTokenizer):
     import jax
     from flax import nnx
-    model = hf.make_model(params, model_config, dtype="float32")
+    from bert_jax import hf_family
+    family = hf_family.family_of(params)
+    if family == "bert":
+      model = hf.make_model(params, model_config, dtype="float32")
+    else:
+      model = hf_family.make_model(family, params, model_config)
     graphdef, state = nnx.split(model)
     self._state = state
 

@@ -573,7 +573,8 @@ def _builder_fn(tok, data, mode: str, eval_fraction: float):
 def _masker_fn(data, tok):
   key = ("masker", int(data.max_predictions_per_seq), float(data.mask_rate),
          float(data.mask_token_prob), float(data.random_token_prob),
-         bool(data.whole_word_mask), int(data.seq_length))
+         bool(data.whole_word_mask), int(data.seq_length),
+         int(data.max_ngram))
 
   def make():
     masker = make_masker(data, tok)
@@ -590,7 +591,8 @@ def make_masker(data, tok) -> masking.Masker:
       mask_rate=data.mask_rate, mask_token_prob=data.mask_token_prob,
       random_token_prob=data.random_token_prob,
       whole_word=data.whole_word_mask,
-      word_start=tok.word_start if data.whole_word_mask else None)
+      word_start=tok.word_start if data.whole_word_mask else None,
+      max_ngram=data.max_ngram)
 
 
 def per_host_batch_size(config, process_count: int) -> int:

@@ -97,19 +97,41 @@ def gelu(x):
   return jax.nn.gelu(x, approximate=False)
 
 
+# model.hidden_act -> function (Hugging Face names). ALBERT uses "gelu_new".
+ACTIVATIONS = {
+    "gelu": gelu,
+    "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),  # tanh approx.
+}
+
+
+def embedding_size(config) -> int:
+  """Width E of the embedding tables: model.embedding_size, or hidden_size
+  when it is 0 (BERT). E != hidden_size adds a projection E -> H (ALBERT)."""
+  return int(config.embedding_size) or int(config.hidden_size)
+
+
 class Embeddings(nnx.Module):
-  """Token + position + segment embeddings, summed, LayerNorm, dropout."""
+  """Token + position + segment embeddings, summed, LayerNorm, dropout.
+
+  Options: factorized tables of width `model.embedding_size` E projected to
+  hidden_size H after the dropout (ALBERT, ELECTRA), and no segment table
+  when `model.type_vocab_size` is 0 (DistilBERT).
+  """
 
   def __init__(self, config, *, rngs: nnx.Rngs):
-    d = config.hidden_size
+    d = embedding_size(config)
     self.word_embeddings = nnx.Param(_normal(config, ("vocab", "embed"))(
         rngs.params(), (config.vocab_size, d)))
     self.position_embeddings = nnx.Param(_normal(config, ("position", "embed"))(
         rngs.params(), (config.max_position_embeddings, d)))
     self.token_type_embeddings = nnx.Param(_normal(config, ("type", "embed"))(
-        rngs.params(), (config.type_vocab_size, d)))
+        rngs.params(), (config.type_vocab_size, d))
+    ) if config.type_vocab_size else None
     self.layer_norm = LayerNorm(config, d, rngs=rngs)
     self.dropout = nnx.Dropout(config.hidden_dropout_prob)
+    self.embeddings_project = Dense(
+        config, d, config.hidden_size, ("embed", None), rngs=rngs
+    ) if d != config.hidden_size else None
     self.dtype = _dtype(config)
 
   def __call__(self, input_ids, segment_ids, *, deterministic, rngs):
@@ -120,12 +142,18 @@ class Embeddings(nnx.Module):
     table = logical.constrain(self.word_embeddings[...], ("vocab", None))
     x = jnp.take(table, input_ids, axis=0)
     x = x + self.position_embeddings[...][:seq_len][None]
-    types = logical.constrain(self.token_type_embeddings[...], ("type", None))
-    x = x + jnp.take(types, segment_ids, axis=0)
+    if self.token_type_embeddings is not None:
+      types = logical.constrain(self.token_type_embeddings[...],
+                                ("type", None))
+      x = x + jnp.take(types, segment_ids, axis=0)
     x = logical.constrain(x, ("activation_batch", "activation_length",
                               "activation_embed"))
     x = self.layer_norm(x)
-    return self.dropout(x, deterministic=deterministic, rngs=rngs)
+    x = self.dropout(x, deterministic=deterministic, rngs=rngs)
+    if self.embeddings_project is not None:
+      x = logical.constrain(self.embeddings_project(x), (
+          "activation_batch", "activation_length", "activation_embed"))
+    return x
 
 
 class SelfAttention(nnx.Module):
@@ -218,9 +246,10 @@ class FeedForward(nnx.Module):
     self.output = Dense(config, f, d, ("mlp", "embed"), rngs=rngs)
     self.layer_norm = LayerNorm(config, d, rngs=rngs)
     self.dropout = nnx.Dropout(config.hidden_dropout_prob)
+    self.act = ACTIVATIONS[config.hidden_act]
 
   def __call__(self, x, *, deterministic, rngs):
-    h = gelu(self.intermediate(x))
+    h = self.act(self.intermediate(x))
     h = logical.constrain(h, ("activation_batch", "activation_length",
                               "activation_mlp"))
     out = self.dropout(self.output(h), deterministic=deterministic, rngs=rngs)
@@ -241,6 +270,21 @@ class Layer(nnx.Module):
                                  "activation_embed"))
 
 
+def apply_layer(layer, x, mask_bias, policy: str, *, deterministic, rngs):
+  """One block, rematerialized per `model.remat_policy` ("none": stored)."""
+  if policy == "none":
+    return layer(x, mask_bias, deterministic=deterministic, rngs=rngs)
+  # Recompute the block in the backward pass (activation memory).
+  return nnx.remat(
+      lambda l, x, m, r: l(x, m, deterministic=deterministic, rngs=r),
+      policy=REMAT_POLICIES[policy])(layer, x, mask_bias, rngs)
+
+
+def pool(pooler, x):
+  """Dense + tanh on the [CLS] position, in float32."""
+  return jnp.tanh(pooler(x[:, 0]).astype(jnp.float32))
+
+
 def attention_bias(input_mask):
   """[B,T] 1/0 mask -> [B,1,1,T] float32 bias added to attention scores."""
   return jnp.where(input_mask[:, None, None, :] > 0, 0.0,
@@ -250,31 +294,27 @@ def attention_bias(input_mask):
 class BertModel(nnx.Module):
   """Embeddings, encoder stack and pooler (dense + tanh on [CLS])."""
 
-  def __init__(self, config, *, rngs: nnx.Rngs):
+  def __init__(self, config, *, rngs: nnx.Rngs, add_pooling_layer=True):
     validate_model_config(config)
     self.embeddings = Embeddings(config, rngs=rngs)
     self.layers = nnx.List(
         [Layer(config, rngs=rngs) for _ in range(config.num_hidden_layers)])
     self.remat_policy = config.remat_policy
     self.pooler = Dense(config, config.hidden_size, config.hidden_size,
-                        ("embed", None), rngs=rngs)
+                        ("embed", None), rngs=rngs) if add_pooling_layer else None
 
   def __call__(self, input_ids, input_mask, segment_ids, *,
                deterministic=True, rngs=None):
-    """Returns (sequence_output [B,T,d], pooled_output [B,d])."""
+    """Returns (sequence_output [B,T,d], pooled_output [B,d] or None)."""
     x = self.embeddings(input_ids, segment_ids, deterministic=deterministic,
                         rngs=rngs)
     mask_bias = attention_bias(input_mask)
-    policy = self.remat_policy
     for layer in self.layers:
-      if policy == "none":
-        x = layer(x, mask_bias, deterministic=deterministic, rngs=rngs)
-      else:  # Recompute the block in the backward pass (activation memory).
-        x = nnx.remat(
-            lambda l, x, m, r: l(x, m, deterministic=deterministic, rngs=r),
-            policy=REMAT_POLICIES[policy])(layer, x, mask_bias, rngs)
-    pooled = jnp.tanh(self.pooler(x[:, 0]).astype(jnp.float32))
-    return x, pooled
+      x = apply_layer(layer, x, mask_bias, self.remat_policy,
+                      deterministic=deterministic, rngs=rngs)
+    if self.pooler is None:
+      return x, None
+    return x, pool(self.pooler, x)
 
   def hidden_states(self, input_ids, input_mask, segment_ids,
                     num_layers: int | None = None) -> list:
@@ -295,18 +335,23 @@ class BertModel(nnx.Module):
 
 
 class MaskedLMHead(nnx.Module):
-  """Dense + GELU + LayerNorm, then the decoder tied to the word embeddings."""
+  """Dense + GELU + LayerNorm, then the decoder tied to the word embeddings.
+
+  The dense maps hidden_size -> embedding width E (= hidden_size for BERT,
+  E for factorized embeddings as in ALBERT), the width of the tied table.
+  """
 
   def __init__(self, config, *, rngs: nnx.Rngs):
-    d = config.hidden_size
-    self.transform = Dense(config, d, d, ("embed", None), rngs=rngs)
-    self.layer_norm = LayerNorm(config, d, rngs=rngs)
+    d, e = config.hidden_size, embedding_size(config)
+    self.transform = Dense(config, d, e, ("embed", None), rngs=rngs)
+    self.layer_norm = LayerNorm(config, e, rngs=rngs)
     self.bias = nnx.Param(_zeros(("vocab",))(rngs.params(),
                                              (config.vocab_size,)))
     self.dtype = _dtype(config)
+    self.act = ACTIVATIONS[config.hidden_act]
 
   def __call__(self, x, word_embeddings):
-    h = self.layer_norm(gelu(self.transform(x)))
+    h = self.layer_norm(self.act(self.transform(x)))
     logits = jnp.einsum("...d,vd->...v", h, word_embeddings.astype(self.dtype),
                         preferred_element_type=jnp.float32)
     return logits + self.bias[...]
@@ -341,6 +386,31 @@ class BertForPreTraining(nnx.Module):
                   + self.nsp_head.bias[...])
     return dict(mlm_logits=mlm_logits, nsp_logits=nsp_logits,
                 sequence_output=seq, pooled_output=pooled)
+
+
+def gather_positions(seq, positions):
+  """[B,T,d] at [B,P] positions -> [B,P,d]; all of `seq` when None."""
+  if positions is None:
+    return seq
+  return jnp.take_along_axis(seq, positions[..., None], axis=1)
+
+
+class BertForMaskedLM(nnx.Module):
+  """Encoder without pooler plus the tied MLM head (HF ``BertForMaskedLM``;
+  with type_vocab_size=0 it is the layout of ``DistilBertForMaskedLM``)."""
+
+  def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
+    self.bert = BertModel(config, rngs=rngs, add_pooling_layer=False)
+    self.mlm_head = MaskedLMHead(config, rngs=rngs)
+
+  def __call__(self, input_ids, input_mask, segment_ids,
+               masked_lm_positions=None, *, deterministic=True, rngs=None):
+    """Returns dict(mlm_logits, sequence_output), as BertForPreTraining."""
+    seq, _ = self.bert(input_ids, input_mask, segment_ids,
+                       deterministic=deterministic, rngs=rngs)
+    mlm_logits = self.mlm_head(gather_positions(seq, masked_lm_positions),
+                               self.bert.embeddings.word_embeddings[...])
+    return dict(mlm_logits=mlm_logits, sequence_output=seq)
 
 
 class BertForSequenceClassification(nnx.Module):
@@ -379,14 +449,25 @@ def validate_model_config(config: ml_collections.ConfigDict) -> None:
   if remat != "none" and remat not in REMAT_POLICIES:
     raise ValueError(f"model.remat_policy={remat!r} must be 'none' or one of "
                      f"{tuple(REMAT_POLICIES)}.")
-  if config.hidden_act != "gelu":
+  if config.hidden_act not in ACTIVATIONS:
     raise ValueError(f"model.hidden_act={config.hidden_act!r} is not supported;"
-                     " BERT uses 'gelu' (exact erf GELU).")
+                     f" use one of {tuple(ACTIVATIONS)} ('gelu' is BERT's exact"
+                     " erf GELU, 'gelu_new' ALBERT's tanh approximation).")
   for field in ("vocab_size", "hidden_size", "num_hidden_layers",
-                "intermediate_size", "max_position_embeddings",
-                "type_vocab_size"):
+                "intermediate_size", "max_position_embeddings"):
     if int(config[field]) <= 0:
       raise ValueError(f"model.{field}={config[field]} must be positive.")
+  if int(config.type_vocab_size) < 0 or int(config.embedding_size) < 0:
+    raise ValueError(
+        f"model.type_vocab_size={config.type_vocab_size} and "
+        f"model.embedding_size={config.embedding_size} must be >= 0 "
+        "(0: no segment table / tables as wide as hidden_size).")
+  groups, layers = int(config.num_hidden_groups), int(config.num_hidden_layers)
+  if groups < 1 or layers % groups or int(config.inner_group_num) < 1:
+    raise ValueError(
+        f"model.num_hidden_groups={groups} must be >= 1 and divide "
+        f"model.num_hidden_layers={layers}; model.inner_group_num="
+        f"{config.inner_group_num} must be >= 1.")
 
 
 def count_params(model: nnx.Module) -> int:
