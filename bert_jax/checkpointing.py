@@ -455,7 +455,8 @@ def _stored_params_tree(step_dir: str):
   return _stored_state_tree(step_dir)["params"]
 
 
-def _stored_config(step_dir: str) -> dict | None:
+def stored_config(step_dir: str) -> dict | None:
+  """The run config saved with a step (None when it is unreadable)."""
   try:
     return _read_json(os.path.join(step_dir, META, "metadata")).get("config")
   except (OSError, ValueError):
@@ -490,7 +491,7 @@ def restore_params(path: str, abstract_params, *, step: int | None = None,
   step_dir, step = resolve_step_dir(path, step)
   check_compatible(
       {"params": _stored_params_tree(step_dir)}, {"params": abstract_params},
-      source=step_dir, stored_config=_stored_config(step_dir),
+      source=step_dir, stored_config=stored_config(step_dir),
       current_config=config,
       hint="train.init_from needs the same model architecture.")
   target = _to_orbax_keys(abstract_params)
@@ -535,7 +536,7 @@ def load_params(workdir: str, step: int | None = None):
   restored = _restore_params(step_dir, stored, restore_args)
   params = jax.tree.map(lambda x: np.asarray(x, np.float32),
                         _int_keys(restored))
-  config = ml_collections.ConfigDict(_stored_config(step_dir) or {})
+  config = ml_collections.ConfigDict(stored_config(step_dir) or {})
   return params, config, step
 
 

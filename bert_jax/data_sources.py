@@ -20,6 +20,8 @@ from typing import Iterator, Optional
 from absl import logging
 import tensorflow as tf
 
+from bert_jax import demo_corpus
+
 TEXT = "text"
 TFDS = "tfds"
 
@@ -35,6 +37,60 @@ class Source:
     if self.kind == TFDS:
       return f"tfds:{self.spec}:{self.split}@{self.weight:g}"
     return f"text:{self.spec}@{self.weight:g}"
+
+
+@dataclasses.dataclass(frozen=True)
+class SourcePlan:
+  """Which sources a run trains and evaluates on, decided once per run.
+
+  Attributes:
+    train: the training sources.
+    eval: the eval sources; ``train`` itself when ``eval_from_train``.
+    eval_from_train: no eval sources/files and no demo corpus: evaluation
+      reads the training sources' held-out documents.
+    holds_out: training drops the documents evaluation keeps
+      (``eval_from_train`` and ``data.eval_fraction > 0``).
+    uses_demo: neither data.sources nor data.train_files is set, so both
+      splits are the demo corpus written into the workdir.
+  """
+  train: tuple[Source, ...]
+  eval: tuple[Source, ...]
+  eval_from_train: bool
+  holds_out: bool
+  uses_demo: bool
+
+
+def plan(data, workdir: Optional[str]) -> SourcePlan:
+  """The SourcePlan of a data config (writes the demo corpus when used).
+
+  data.sources wins over data.train_files, data.eval_sources over
+  data.eval_files; with neither train field set the demo corpus is written
+  under ``workdir`` and its held-out file is the eval split.
+  """
+  uses_demo = not (data.get("sources", "") or data.get("train_files", ""))
+  if data.get("sources", ""):
+    train = parse_sources(data.sources, "data.sources")
+  elif data.get("train_files", ""):
+    train = [Source(TEXT, data.train_files)]
+  else:
+    if not workdir:
+      raise ValueError("No data.sources and no workdir to write the demo "
+                       "corpus into.")
+    train_glob, eval_path = demo_corpus.write_demo_corpus(workdir)
+    train = [Source(TEXT, train_glob)]
+  eval_from_train = False
+  if data.get("eval_sources", ""):
+    evals = parse_sources(data.eval_sources, "data.eval_sources")
+  elif data.get("eval_files", ""):
+    evals = [Source(TEXT, data.eval_files)]
+  elif uses_demo:
+    evals = [Source(TEXT, eval_path)]
+  else:
+    evals, eval_from_train = train, True
+  return SourcePlan(
+      train=tuple(train), eval=tuple(evals), eval_from_train=eval_from_train,
+      holds_out=eval_from_train and data.get("eval_fraction", 0.0) > 0,
+      uses_demo=uses_demo)
 
 
 def parse_sources(spec: str, field: str = "data.sources") -> list[Source]:

@@ -23,7 +23,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from bert_jax import hf
+from bert_jax import pretrained
+from bert_jax.hf import mapping
+from bert_jax.hf import tokenizer_files
 
 POOLINGS = ("cls", "mean")
 
@@ -35,53 +37,19 @@ POOLINGS = ("cls", "mean")
 class LoadedModel:
   params: Any  # Nested dict of float32 arrays (BertForPreTraining layout).
   model_config: Any
-  tokenizer: hf.LoadedTokenizer
+  tokenizer: tokenizer_files.LoadedTokenizer
   untrained_heads: tuple = ()  # e.g. ("mlm_head", "nsp_head") for BertModel.
 
 
-def _fresh_heads(path: str) -> tuple:
-  """Heads that load() initialized randomly because the source lacks them."""
-  report = os.path.join(path, hf.IMPORT_REPORT)
-  if os.path.isfile(os.path.join(path, hf.IMPORTED_PARAMS)):
-    if os.path.isfile(report):
-      import json
-      with open(report) as f:
-        return tuple(json.load(f).get("fresh", ()))
-    return ()
-  if hf.read_hf_config(path) is None:
-    return ()  # A training workdir: every head was trained.
-  names = None
-  single = os.path.join(path, "model.safetensors")
-  index = os.path.join(path, "model.safetensors.index.json")
-  if os.path.isfile(single):
-    from safetensors import safe_open
-    with safe_open(single, "np") as f:
-      names = list(f.keys())
-  elif os.path.isfile(index):
-    import json
-    with open(index) as f:
-      names = list(json.load(f)["weight_map"])
-  if names is None:  # pytorch_model.bin / TF checkpoint: trust config.json.
-    arch = " ".join(hf.read_hf_config(path).get("architectures") or [])
-    has_mlm = "ForMaskedLM" in arch or "ForPreTraining" in arch or not arch
-    return () if has_mlm else ("mlm_head", "nsp_head")
-  # pylint: disable=protected-access
-  arch = hf._guess_architecture([hf._canonical_hf_name(n) for n in names])
-  # pylint: enable=protected-access
-  return {"BertForPreTraining": (), "BertForMaskedLM": ("nsp_head",),
-          "BertModel": ("mlm_head", "nsp_head")}[arch]
-
-
 def load_model(path: str, step: int | None = None) -> LoadedModel:
-  """A workdir (latest or `step`), an HF BERT dir or an imported dir.
-
-  Goes through fill_mask.load today; switch to bert_jax.pretrained here.
-  """
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"--model {path} does not exist.")
-  from bert_jax import fill_mask
-  params, model_config, tokenizer = fill_mask.load(path, step)
-  return LoadedModel(params, model_config, tokenizer, _fresh_heads(path))
+  """A workdir (latest or `step`), a step dir, an imported dir, an HF BERT
+  dir or a TF checkpoint, through `bert_jax.pretrained`; the import report
+  says which heads were initialized fresh (absent from the source)."""
+  source = pretrained.resolve(path, step)
+  model_config = pretrained.load_model_config(source)
+  params, report = pretrained.load_params(source, model_config)
+  return LoadedModel(params, model_config, pretrained.load_tokenizer(source),
+                     tuple(report.fresh))
 
 
 # -----------------------------------------------------------------------------
@@ -198,8 +166,8 @@ def embed(model, tokenizer, sentences: Sequence[str], pooling: str = "cls",
           max_length: int | None = None, per_token: bool = False):
   """Sentence vectors [N, hidden] float32 (and per-token vectors).
 
-  `model`: an nnx BertForPreTraining or BertModel (see hf.make_model);
-  `tokenizer`: an hf.LoadedTokenizer or a `tokenizers.Tokenizer`. Texts
+  `model`: an nnx BertForPreTraining or BertModel (see mapping.make_model);
+  `tokenizer`: an tokenizer_files.LoadedTokenizer or a `tokenizers.Tokenizer`. Texts
   longer than `max_length` (default max_position_embeddings) keep their
   first tokens and the final [SEP]. With `per_token`, returns
   (vectors, list of TokenVectors), special tokens included.
@@ -293,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     sentences = read_lines(args.input)
     loaded = load_model(args.model, args.step)
     max_length = check_max_length(args.max_length, loaded.model_config)
-    model = hf.make_model(loaded.params, loaded.model_config)
+    model = mapping.make_model(loaded.params, loaded.model_config)
     result = embed(model, loaded.tokenizer, sentences, pooling=args.pooling,
                    layer=args.layer, batch_size=args.batch_size,
                    max_length=max_length, per_token=bool(args.per_token))

@@ -5,7 +5,7 @@
 
 --model is a training workdir (latest checkpoint, or --step), a Hugging Face
 BERT, ALBERT or DistilBERT directory (ours from tools/convert_to_hf.py /
-bert_jax.hf_family, or anyone's), a Google TF
+bert_jax.hf.families, or anyone's), a Google TF
 checkpoint directory, or a tools/convert_from_hf.py output. The model runs in
 JAX (float32); tokenization uses the `tokenizers` library with the same
 tokenizer.json an export writes, so no TensorFlow and no torch are imported.
@@ -17,13 +17,14 @@ when the text has several masks).
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import Any
 
 import numpy as np
 
-from bert_jax import hf
+from bert_jax import pretrained
+from bert_jax.hf import mapping
+from bert_jax.hf import tokenizer_files
 
 # transformers' clean_up_tokenization, for HF directories that ask for it.
 _CLEANUP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"),
@@ -31,47 +32,23 @@ _CLEANUP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"),
             (" 're", "'re"))
 
 
-def _is_hf_dir(path: str) -> bool:
-  if hf.read_hf_config(path) is None:
-    return False
-  return any(os.path.exists(os.path.join(path, f)) for f in (
-      "model.safetensors", "model.safetensors.index.json",
-      "pytorch_model.bin")) or hf._find_tf_checkpoint(path) is not None  # pylint: disable=protected-access
-
-
 def load(path: str, step: int | None = None):
-  """-> (params, model config, hf.LoadedTokenizer) for any supported --model."""
-  from bert_jax import hf_family
-  if os.path.isfile(os.path.join(path, hf.IMPORTED_PARAMS)):
-    params, model_config = hf.load_imported(path)
-    return params, model_config, hf.load_hf_tokenizer(path)
-  hf_cfg = hf.read_hf_config(path)
-  if hf_cfg and hf_cfg.get("model_type") in hf_family.ARCHITECTURES:
-    _, params, model_config = hf_family.load(path)
-    return params, model_config, hf.load_hf_tokenizer(path)
-  if _is_hf_dir(path):
-    params, _ = hf.load_hf_params(path)
-    model_config = hf.model_config_from_hf_config(hf.read_hf_config(path))
-    return params, model_config, hf.load_hf_tokenizer(path)
-  from bert_jax import checkpointing  # A training workdir.
-  loaded = checkpointing.load_params(path, step)
-  params, config = loaded[0], loaded[1]
-  spec = hf.find_tokenizer(path, config)
-  return params, config.model, hf.LoadedTokenizer(hf.build_hf_tokenizer(spec))
+  """-> (params, model config, LoadedTokenizer) for any supported --model."""
+  source = pretrained.resolve(path, step)
+  model_config = pretrained.load_model_config(source)
+  params, _ = pretrained.load_params(source, model_config)
+  return params, model_config, pretrained.load_tokenizer(source)
 
 
 class FillMask:
   """A jitted float32 forward pass plus the pipeline's post-processing."""
 
-  def __init__(self, params, model_config, tokenizer: hf.LoadedTokenizer):
+  def __init__(self, params, model_config,
+               tokenizer: tokenizer_files.LoadedTokenizer):
     import jax
     from flax import nnx
-    from bert_jax import hf_family
-    family = hf_family.family_of(params)
-    if family == "bert":
-      model = hf.make_model(params, model_config, dtype="float32")
-    else:
-      model = hf_family.make_model(family, params, model_config)
+    model = mapping.make_model(params, model_config, dtype="float32",
+                               family=mapping.family_of_params(params))
     graphdef, state = nnx.split(model)
     self._state = state
 

@@ -53,40 +53,24 @@ _KEEP_FROM_CONFIG = ("hidden_dropout_prob", "attention_probs_dropout_prob",
 # ==============================================================================
 # Task and config.
 # ==============================================================================
-def task_spec(task: ml_collections.ConfigDict) -> task_sources.TaskSpec:
-  """A GLUE task by name, or the user's files (task.train_file set)."""
-  if task.train_file:
-    keys = (task.text_field,) + ((task.text_pair_field,)
-                                 if task.text_pair_field else ())
-    metrics = ((task_sources.PEARSON, task_sources.SPEARMAN)
-               if task.regression else (task_sources.ACCURACY,))
-    return task_sources.TaskSpec(task.name or "custom", keys, task.label_field,
-                                 metrics=metrics)
-  return task_sources.glue_task(task.name)
-
-
-def read_rows(config, spec, workdir: str):
-  """(train rows, {eval split: rows}, label names); the label map of user
-  files is saved in the workdir and reused when it is already there."""
-  task = config.task
-  if not task.train_file:
-    train = task_sources.read_glue(spec, spec.train_split, task.tfds_data_dir)
-    evals = {s: task_sources.read_glue(spec, s, task.tfds_data_dir)
-             for s in spec.eval_splits}
-    return train, evals, list(spec.label_names)
-  if not task.validation_file:
-    raise ValueError("task.train_file is set but task.validation_file is "
-                     "empty; give a held-out file to evaluate on.")
-  saved = task_sources.load_label_map(workdir) if not task.regression else []
-  read = lambda path, names: task_sources.read_file(
-      path, task.text_field, task.label_field, task.text_pair_field,
-      label_names=names, regression=task.regression,
-      label_order=task.label_order)
-  train, names = read(task.train_file, saved)
-  evals = {"validation": read(task.validation_file, names)[0]}
-  if not task.regression and jax.process_index() == 0:
-    task_sources.save_label_map(workdir, names)
-  return train, evals, names
+def read_task(config, workdir: str):
+  """(task spec, train rows, {eval split: rows}). GLUE comes from
+  task.tfds_data_dir; any other task.name reads the user's files, whose
+  string labels are mapped once and saved as workdir/label_map.json."""
+  t = config.task
+  user = not t.name.startswith("glue/")
+  if user and not (t.train_file and t.validation_file):
+    raise ValueError(f"task.name={t.name!r} is not a GLUE task, so it reads "
+                     "your files: set task.train_file and "
+                     "task.validation_file (CSV, TSV or JSONL).")
+  spec, rows = task_sources.load_task(
+      t.name, tfds_data_dir=t.tfds_data_dir, train_path=t.train_file,
+      validation_path=t.validation_file,
+      text_field=t.text_field if user else "",
+      text_pair_field=t.text_pair_field, label_field=t.label_field,
+      regression=t.regression, label_order=t.label_order, label_dir=workdir)
+  train = rows.pop(spec.train_split)
+  return spec, train, rows
 
 
 def resolve_config(config, source, spec, num_train: int):
@@ -234,7 +218,6 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   if not config.train.init_from:
     raise ValueError("train.init_from is empty: name the checkpoint to "
                      "fine-tune (a workdir, step dir, HF or TF checkpoint).")
-  spec = task_spec(config.task)
   source = pretrained.resolve(config.train.init_from,
                               config.train.init_from_step or None)
   tok_spec = pretrained.tokenizer_spec(source)
@@ -245,7 +228,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   config_checks.validate(probe, jax.device_count(), jax.process_count(),
                          check_sources=False)
   tf.io.gfile.makedirs(workdir)
-  train_rows, eval_rows, label_names = read_rows(config, spec, workdir)
+  spec, train_rows, eval_rows = read_task(config, workdir)
   config = resolve_config(config, source, spec, len(train_rows))
   config_checks.validate(config, jax.device_count(), jax.process_count(),
                          check_sources=False)
@@ -272,7 +255,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
       task=spec.name, init_from=source.path, init_step=source.step,
       step=int(config.train.num_steps), seconds=time.time() - start,
       learning_rate=config.train.learning_rate, seed=config.train.seed,
-      label_names=label_names, scores=evaluator.scores,
+      label_names=list(spec.label_names), scores=evaluator.scores,
       main_score=task_metrics.main_score(
           {f"{s}/{k}": v for s, d in evaluator.scores.items()
            for k, v in d.items()}),

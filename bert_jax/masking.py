@@ -213,27 +213,3 @@ class Masker:
                            batch_dims=1)
     return tf.gather(span_taken, span_id, batch_dims=1) & ok, span_id
 
-
-def numpy_mask_batch(input_ids: np.ndarray, rng: np.random.Generator, *,
-                     special_mask_table: np.ndarray, mask_id: int,
-                     vocab_size: int, mask_rate: float = 0.15,
-                     mask_token_prob: float = 0.8,
-                     random_token_prob: float = 0.1):
-  """Host-side masking as Hugging Face's DataCollatorForLanguageModeling does.
-
-  Bernoulli(mask_rate) per non-special token; of those 80% [MASK], 10% random,
-  10% kept. Returns (masked input_ids, labels with -100 where not selected).
-  Used by tools/bench_input.py as the comparison point.
-  """
-  labels = input_ids.copy()
-  special = special_mask_table[input_ids]
-  selected = (rng.random(input_ids.shape) < mask_rate) & ~special
-  labels[~selected] = -100
-  r = rng.random(input_ids.shape)
-  out = input_ids.copy()
-  to_mask = selected & (r < mask_token_prob)
-  out[to_mask] = mask_id
-  to_random = selected & (r >= mask_token_prob) & (
-      r < mask_token_prob + random_token_prob)
-  out[to_random] = rng.integers(0, vocab_size, size=int(to_random.sum()))
-  return out, labels

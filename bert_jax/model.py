@@ -2,7 +2,7 @@
 
 The module tree mirrors Hugging Face ``BertForPreTraining`` one to one
 (``bert.embeddings.word_embeddings`` <-> ``embeddings.word_embeddings`` ...),
-so conversion is a renaming plus a transpose of dense kernels (see ``hf.py``).
+so conversion is a renaming plus a transpose of dense kernels (see ``hf/mapping.py``).
 Parameters carry logical axis names only; ``sharding.py`` maps them to a mesh.
 
 Numerics: parameters are float32; matmul inputs are cast to

@@ -12,16 +12,30 @@ per-id ``word_start`` table for whole-word masking, and Python-side
 * WordPiece: a BERT ``vocab.txt`` (e.g. bert-base-uncased's 30,522 entries,
   used unchanged), run with ``tf_text.FastBertTokenizer``; special tokens are
   looked up by name.
+
+:func:`load_tokenizer` gives a run its configured tokenizer: the file at
+``data.tokenizer_path``, or one trained on the run's training sources and
+cached in the workdir (:func:`cache_path`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
-from typing import Iterable, Iterator, Optional, Sequence
+import time
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence
 
+from absl import logging
+import ml_collections
 import numpy as np
-import tensorflow as tf
+
+# TensorFlow is imported where a function needs it: SPECIAL_TOKENS and the
+# names here are read by TF-free code (Hugging Face export, fill_mask).
+if TYPE_CHECKING:
+  import tensorflow as tf
+  from bert_jax import data_sources
+
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 SENTENCEPIECE = "sentencepiece"
@@ -69,6 +83,7 @@ class Tokenizer:
     raise NotImplementedError
 
   def encode(self, text: str) -> list[int]:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
     return self.tokenize(tf.constant([text]))[0].numpy().tolist()
 
   def id_to_piece(self, i: int) -> str:
@@ -114,6 +129,7 @@ class SentencePieceTokenizer(Tokenizer):
     return ws
 
   def tokenize(self, lines: tf.Tensor) -> tf.RaggedTensor:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
     return tf.cast(self._tf.tokenize(lines), tf.int32)
 
   def encode(self, text: str) -> list[int]:
@@ -139,6 +155,7 @@ class WordPieceTokenizer(Tokenizer):
   kind = WORDPIECE
 
   def __init__(self, vocab: Sequence[str], lower_case: bool, path: str = ""):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
     import tensorflow_text as tf_text  # pylint: disable=g-import-not-at-top
     self.path = path
     self.pieces = list(vocab)
@@ -169,6 +186,7 @@ class WordPieceTokenizer(Tokenizer):
 
 def load(path: str, kind: str, lower_case: bool = True) -> Tokenizer:
   """Loads a tokenizer file (any tf.io.gfile path)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   if not tf.io.gfile.exists(path):
     raise ValueError(f"data.tokenizer_path={path!r} does not exist.")
   if kind == SENTENCEPIECE:
@@ -240,11 +258,13 @@ def train_wordpiece(sentences: Iterator[str], vocab_size: int,
 
 
 def save_wordpiece(vocab: Sequence[str], path: str) -> None:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   with tf.io.gfile.GFile(path, "w") as f:
     f.write("".join(p + "\n" for p in vocab))
 
 
 def write_atomic(path: str, data: bytes) -> None:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   tmp = f"{path}.tmp{os.getpid()}"
   with tf.io.gfile.GFile(tmp, "wb") as f:
     f.write(data)
@@ -258,6 +278,7 @@ def default_filename(kind: str) -> str:
 def train(kind: str, sentences: Iterator[str], vocab_size: int,
           lower_case: bool, path: str) -> Tokenizer:
   """Trains a tokenizer of ``kind`` and writes it (atomically) to ``path``."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   if kind == SENTENCEPIECE:
     data = train_sentencepiece(sentences, vocab_size, lower_case)
   elif kind == WORDPIECE:
@@ -273,3 +294,92 @@ def train(kind: str, sentences: Iterator[str], vocab_size: int,
 
 def maybe_none(x: Optional[int]) -> int:
   return -1 if x is None else int(x)
+
+
+# -----------------------------------------------------------------------------
+# The configured tokenizer of a run (trained and cached when none is given).
+# -----------------------------------------------------------------------------
+
+
+def cache_path(data: ml_collections.ConfigDict, workdir: str,
+               plan: Optional[data_sources.SourcePlan] = None) -> str:
+  """Where load_tokenizer caches a tokenizer trained for this data config.
+
+  ``workdir/tokenizer/<type>-<vocab size>-<case>-<hash of the train sources>/``
+  so a change of sources, size or casing trains a new one.
+  """
+  from bert_jax import data_sources  # TensorFlow's gfile: when training.
+  plan = plan or data_sources.plan(data, workdir)
+  sources = ("demo" if plan.uses_demo else
+             ";".join(str(s) for s in plan.train))
+  digest = hashlib.sha256(sources.encode()).hexdigest()[:8]
+  case = "uncased" if data.lower_case else "cased"
+  name = f"{data.tokenizer_type}-{data.tokenizer_vocab_size}-{case}-{digest}"
+  return os.path.join(workdir, "tokenizer", name,
+                      default_filename(data.tokenizer_type))
+
+
+def training_sentences(data: ml_collections.ConfigDict, workdir: Optional[str],
+                       limit: Optional[int] = None,
+                       plan: Optional[data_sources.SourcePlan] = None
+                       ) -> Iterator[str]:
+  """Lines of the training sources for tokenizer training, weight-shared."""
+  limit = limit or int(data.get("tokenizer_train_sentences", 2_000_000))
+  from bert_jax import data_sources  # TensorFlow's gfile: when training.
+  plan = plan or data_sources.plan(data, workdir)
+  total = sum(s.weight for s in plan.train)
+  for s in plan.train:
+    yield from data_sources.python_lines(
+        s, data.get("tfds_data_dir", ""), data.get("tfds_text_key", "text"),
+        limit=max(1, int(limit * s.weight / total)))
+
+
+def load_tokenizer(data: ml_collections.ConfigDict,
+                   workdir: Optional[str]) -> Tokenizer:
+  """The configured tokenizer; trains and caches one when none is given.
+
+  With ``data.tokenizer_path`` empty, a ``data.tokenizer_type`` tokenizer of
+  ``data.tokenizer_vocab_size`` is trained on the training sources and cached
+  at :func:`cache_path`. In a multi-process run only process 0 trains; the
+  others wait (up to an hour) for the file to appear.
+  """
+  if data.tokenizer_type not in (SENTENCEPIECE, WORDPIECE):
+    raise ValueError(f"data.tokenizer_type={data.tokenizer_type!r} must be "
+                     f"'sentencepiece' or 'wordpiece'.")
+  if data.tokenizer_path:
+    return load(data.tokenizer_path, data.tokenizer_type, data.lower_case)
+  if not workdir:
+    raise ValueError("data.tokenizer_path is empty and there is no workdir to "
+                     "cache a trained tokenizer in.")
+  if data.tokenizer_vocab_size < 16:
+    raise ValueError(f"data.tokenizer_vocab_size={data.tokenizer_vocab_size} "
+                     "is too small (need >= 16).")
+  from bert_jax import data_sources  # TensorFlow's gfile: when training.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  plan = data_sources.plan(data, workdir)
+  path = cache_path(data, workdir, plan)
+  if not tf.io.gfile.exists(path):
+    if _process_index() == 0:
+      logging.info("Training a %s tokenizer (vocab %d) into %s",
+                   data.tokenizer_type, data.tokenizer_vocab_size, path)
+      t0 = time.time()
+      train(data.tokenizer_type,
+            training_sentences(data, workdir, plan=plan),
+            data.tokenizer_vocab_size, data.lower_case, path)
+      logging.info("Tokenizer trained in %.1fs.", time.time() - t0)
+    else:
+      deadline = time.time() + 3600
+      while not tf.io.gfile.exists(path):
+        if time.time() > deadline:
+          raise ValueError(f"Timed out waiting for process 0 to write {path}.")
+        time.sleep(2)
+  return load(path, data.tokenizer_type, data.lower_case)
+
+
+def _process_index() -> int:
+  """jax.process_index(), or 0 where JAX is absent or not initialized."""
+  try:
+    import jax  # pylint: disable=g-import-not-at-top
+    return jax.process_index()
+  except Exception:  # pylint: disable=broad-except
+    return 0

@@ -29,6 +29,7 @@ from bert_jax import flops as flops_lib
 from bert_jax import objectives
 from bert_jax import optim
 from bert_jax import preemption
+from bert_jax import pretrained
 from bert_jax import sharding
 
 
@@ -388,8 +389,10 @@ class PretrainingInput:
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str):
     from bert_jax import input_pipeline  # TensorFlow: only when training.
-    self.tokenizer = input_pipeline.load_tokenizer(config.data, workdir)
+    from bert_jax import tokenizers
+    self.tokenizer = tokenizers.load_tokenizer(config.data, workdir)
     config_checks.check_tokenizer(config, self.tokenizer)
+    pretrained.record_tokenizer(workdir, self.tokenizer)
     proc = dict(process_index=jax.process_index(),
                 process_count=jax.process_count())
     self.train_iter = input_pipeline.create_train_iterator(
@@ -510,23 +513,15 @@ class Trainer:
     return state
 
   def _init_params(self, path: str):
-    """Params only (new run from pretrained weights): our checkpoint or HF."""
-    abstract = self.abstract_state["params"]
-    try:
-      checkpointing.resolve_step_dir(path)
-      ours = True
-    except FileNotFoundError:
-      ours = False
-    if ours:
-      params, step = checkpointing.restore_params(path, abstract,
-                                                  config=self.config)
-      logging.info("train.init_from: params of %s (step %d).", path, step)
-      return params
-    from bert_jax import hf  # Hugging Face dir / converted weights.
-    params, report = hf.load_init_params(path, self.config.model,
-                                         seed=self.config.train.seed)
-    logging.info("train.init_from: params of %s (%s).", path, report)
-    return checkpointing.place_params(params, abstract, source=path)
+    """Params only (new run from pretrained weights), onto the state's mesh."""
+    source = pretrained.resolve(path)
+    params, report = pretrained.load_params(
+        source, self.config.model,
+        abstract_params=self.abstract_state["params"],
+        seed=self.config.train.seed, config=self.config)
+    logging.info("train.init_from: params of %s (%s, step %s).\n%s", path,
+                 source.kind, source.step, report)
+    return params
 
   def evaluate(self, params, frozen=None) -> dict:
     """The objective's metrics over all eval batches (sums added in float64),

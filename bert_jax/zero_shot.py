@@ -120,7 +120,7 @@ class ZeroShotClassifier:
     import jax
     from flax import nnx
 
-    from bert_jax import hf
+    from bert_jax.hf import mapping
     check_template(template)
     if "mlm_head" in loaded.untrained_heads:
       raise ValueError(
@@ -140,7 +140,7 @@ class ZeroShotClassifier:
     if self.batch_size < 1:
       raise ValueError(f"batch_size={batch_size} must be positive.")
     self._tok = embed_lib.plain_tokenizer(loaded.tokenizer)
-    model = hf.make_model(loaded.params, loaded.model_config)
+    model = mapping.make_model(loaded.params, loaded.model_config)
     graphdef, self._state = nnx.split(model)
     verbal = np.asarray(self.token_ids, np.int32)
 

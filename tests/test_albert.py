@@ -11,7 +11,9 @@ from flax import nnx
 
 from bert_jax import albert
 from bert_jax import config_lib
-from bert_jax import hf_family
+from bert_jax import pretrained
+from bert_jax.hf import checkpoint_io
+from bert_jax.hf import mapping
 from bert_jax import model as model_lib
 from bert_jax import objectives
 from bert_jax import train
@@ -56,7 +58,8 @@ def test_param_count_equals_hugging_face(name, expected):
   ours = model_lib.count_params(nnx.eval_shape(
       lambda: albert.AlbertForPreTraining(config.model, rngs=nnx.Rngs(0))))
   hf = AlbertForPreTraining(AlbertConfig(
-      **hf_family.hf_config("albert", config.model)))
+      **checkpoint_io.hf_config_from_model_config(config.model,
+                                               family="albert")))
   assert ours == sum(p.numel() for p in hf.parameters()) == expected
   # One block's params whatever the depth: 24 layers cost what 12 do.
   assert config.model.num_hidden_groups == config.model.inner_group_num == 1
@@ -201,7 +204,7 @@ def test_export_matches_pytorch_and_round_trips(tmp_path):
   module = albert.AlbertForPreTraining(mc, rngs=nnx.Rngs(0))
   params = random_params(module)
   nnx.update(module, params)
-  hf_family.save(str(tmp_path), "albert", params, mc)
+  checkpoint_io.save_hf_model(str(tmp_path), params, mc, family="albert")
   hf = AlbertForPreTraining.from_pretrained(str(tmp_path)).eval()
   r = np.random.RandomState(1)
   ids = r.randint(5, 300, (2, 16))
@@ -222,13 +225,23 @@ def test_export_matches_pytorch_and_round_trips(tmp_path):
                              out.sop_logits.numpy(), atol=1e-4)
   np.testing.assert_allclose(np.asarray(ours["mlm_logits"])[real],
                              mlm.logits.numpy()[real], atol=1e-4)
-  family, back, mc2 = hf_family.load(str(tmp_path))
-  assert family == "albert" and mc2.embedding_size == 24
+  source = pretrained.resolve(str(tmp_path))
+  mc2 = pretrained.load_model_config(source)
+  back, report = pretrained.load_params(source, mc2)
+  assert source.family == "albert" and mc2.embedding_size == 24
+  assert report.architecture == "AlbertForPreTraining" and not report.fresh
   jax.tree.map(np.testing.assert_array_equal, params, back)
   # And from the weights PyTorch itself holds (state_dict, tied copies).
-  back2 = hf_family.from_hf_state_dict(
-      "albert", {k: v.numpy() for k, v in hf.state_dict().items()}, mc)
+  back2, _ = mapping.from_hf_state_dict(
+      {k: v.numpy() for k, v in hf.state_dict().items()}, mc, family="albert")
   jax.tree.map(np.testing.assert_array_equal, params, back2)
+  # An AlbertForMaskedLM directory imports too: pooler and SOP head fresh.
+  mlm_dir = str(tmp_path / "mlm")
+  AlbertForMaskedLM.from_pretrained(str(tmp_path)).save_pretrained(mlm_dir)
+  back3, report3 = pretrained.load_params(pretrained.resolve(mlm_dir), mc2)
+  assert report3.fresh == ["albert.pooler", "sop_head"]
+  np.testing.assert_array_equal(back3["mlm_head"]["bias"],
+                                params["mlm_head"]["bias"])
 
 
 # ------------------------------------------------------------------------------

@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bert_jax import hf_family
+from bert_jax import pretrained
+from bert_jax.hf import checkpoint_io
+from bert_jax.hf import mapping
+from bert_jax.hf import tokenizer_files
 from bert_jax import model as model_lib
 from bert_jax import sharding
 from bert_jax import train
@@ -28,8 +31,9 @@ def test_student_of_base_has_hugging_face_size_and_layout():
   config = _load_config("distil_base")
   ours = model_lib.count_params(nnx.eval_shape(
       lambda: distil.make_model(config, nnx.Rngs(0))))
-  hf = DistilBertForMaskedLM(DistilBertConfig(**hf_family.hf_config(
-      "distilbert", distil.student_config(config))))
+  hf = DistilBertForMaskedLM(DistilBertConfig(
+      **checkpoint_io.hf_config_from_model_config(
+          distil.student_config(config), family="distilbert")))
   assert ours == sum(p.numel() for p in hf.parameters()) == 66_985_530
   assert distil.student_layer_map(12, 6) == [0, 2, 4, 7, 9, 11]
   o = config.objective
@@ -119,17 +123,16 @@ def test_export_matches_pytorch_and_fill_mask_runs_on_it(tmp_path):
   from transformers import DistilBertForMaskedLM, pipeline
 
   from bert_jax import fill_mask
-  from bert_jax import hf
   hf_dir = tiny_models.make_hf_dir(str(tmp_path / "teacher"))
   config = _tiny(teacher=hf_dir["out"], student_layers=1)
   config.model.update({k: hf_dir["config"].model[k] for k in (
       "vocab_size", "intermediate_size")})
   student = distil.student_from_teacher(config, hf_dir["params"])
   out = str(tmp_path / "student")
-  distil.export_student(out, student, config, tokenizer=hf.TokenizerSpec(
+  distil.export_student(out, student, config, tokenizer=tokenizer_files.TokenizerSpec(
       "wordpiece", hf_dir["vocab_path"], True))
-  module = hf_family.make_model("distilbert", student,
-                                distil.student_config(config))
+  module = mapping.make_model(student, distil.student_config(config),
+                              family="distilbert")
   r = np.random.RandomState(0)
   ids = r.randint(5, config.model.vocab_size, (2, 12))
   mask = np.ones_like(ids)
@@ -141,7 +144,9 @@ def test_export_matches_pytorch_and_fill_mask_runs_on_it(tmp_path):
         input_ids=torch.tensor(ids),
         attention_mask=torch.tensor(mask)).logits.numpy()
   np.testing.assert_allclose(ours[mask > 0], theirs[mask > 0], atol=1e-4)
-  _, back, _ = hf_family.load(out)
+  source = pretrained.resolve(out)
+  back, _ = pretrained.load_params(source)
+  assert source.family == "distilbert"
   jax.tree.map(np.testing.assert_array_equal, student, back)
 
   text = "the movie was [MASK] and the story was good ."

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bert_jax import embed
-from bert_jax import hf
+from bert_jax.hf import mapping
 from tests import tiny_models
 from tests.conftest import REPO, child_env
 
@@ -31,7 +31,7 @@ def minilm():
   path = os.path.join(os.path.dirname(spec.origin), "model")
   loaded = embed.load_model(path)
   return dict(path=path, loaded=loaded,
-              model=hf.make_model(loaded.params, loaded.model_config))
+              model=mapping.make_model(loaded.params, loaded.model_config))
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +91,7 @@ def test_bank_differs_by_context_though_its_input_row_is_the_same(minilm):
 def tiny(tmp_path_factory):
   t = tiny_models.make_hf_dir(str(tmp_path_factory.mktemp("embed")))
   t["loaded"] = embed.load_model(t["out"])
-  t["model"] = hf.make_model(t["loaded"].params, t["loaded"].model_config)
+  t["model"] = mapping.make_model(t["loaded"].params, t["loaded"].model_config)
   return t
 
 

@@ -12,7 +12,9 @@ import pytest
 
 from bert_jax import config_lib
 from bert_jax import fill_mask
-from bert_jax import hf
+from bert_jax.hf import checkpoint_io
+from bert_jax.hf import mapping
+from bert_jax.hf import tokenizer_files
 
 TEXTS = [
     "Elephants are playing in the zoo with monkeys. The story is about [MASK].",
@@ -54,15 +56,16 @@ def exported(request, tmp_path_factory):
                       num_attention_heads=2, intermediate_size=128,
                       max_position_embeddings=64)
   m = model_lib.BertForPreTraining(config.model, rngs=nnx.Rngs(0))
-  flat = hf.flatten_params(nnx.to_pure_dict(nnx.state(m, nnx.Param)))
+  flat = mapping.flatten_params(nnx.to_pure_dict(nnx.state(m, nnx.Param)))
   flat = {k: np.asarray(v, np.float32) for k, v in flat.items()}
   # A peaked, well-separated output distribution: no near-ties in the top-k.
   flat["mlm_head.bias"] = np.random.default_rng(0).normal(
       0, 2.0, flat["mlm_head.bias"].shape).astype(np.float32)
-  params = hf.unflatten_params(flat)
+  params = mapping.unflatten_params(flat)
   out = str(base / "hf")
-  hf.save_hf_model(out, params, config.model,
-                   tokenizer=hf.TokenizerSpec(kind, path, True))
+  checkpoint_io.save_hf_model(
+      out, params, config.model,
+      tokenizer=tokenizer_files.TokenizerSpec(kind, path, True))
   return dict(kind=kind, out=out, workdir=str(base / "workdir"),
               params=params, config=config)
 
@@ -84,14 +87,11 @@ def test_agrees_with_transformers_pipeline(exported):
                                  atol=1e-7)
 
 
-def test_workdir_and_hf_dir_give_identical_results(exported, monkeypatch):
-  from bert_jax import checkpointing
-
-  def fake_load_params(workdir, step=None):
-    assert workdir == exported["workdir"]
-    return exported["params"], exported["config"], 7
-
-  monkeypatch.setattr(checkpointing, "load_params", fake_load_params)
+def test_workdir_and_hf_dir_give_identical_results(exported):
+  from tests.test_pretrained import save_checkpoints
+  # A real checkpoint (step 7) beside the cached tokenizer: a training workdir.
+  save_checkpoints(exported["workdir"], exported["config"],
+                   {7: exported["params"]})
   from_workdir = fill_mask.fill_mask(exported["workdir"], TEXTS[0], top_k=4)
   from_hf = fill_mask.fill_mask(exported["out"], TEXTS[0], top_k=4)
   assert from_workdir == from_hf

@@ -16,7 +16,10 @@ import numpy as np
 import pytest
 
 from bert_jax import config_lib
-from bert_jax import hf
+from bert_jax import pretrained
+from bert_jax.hf import checkpoint_io
+from bert_jax.hf import mapping
+from bert_jax.hf import tokenizer_files
 from tests.conftest import child_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -51,17 +54,17 @@ def random_params(model_config, seed=0):
 
   from bert_jax import model as model_lib
   m = model_lib.BertForPreTraining(model_config, rngs=nnx.Rngs(seed))
-  flat = hf.flatten_params(nnx.to_pure_dict(nnx.state(m, nnx.Param)))
+  flat = mapping.flatten_params(nnx.to_pure_dict(nnx.state(m, nnx.Param)))
   # Non-trivial LayerNorm/bias values so that a mix-up cannot hide.
   rng = np.random.default_rng(seed)
-  return hf.unflatten_params(
+  return mapping.unflatten_params(
       {k: np.asarray(v, np.float32) + (0.05 * rng.standard_normal(
           np.shape(v)).astype(np.float32) if k.endswith(("bias", "scale"))
                                       else 0) for k, v in flat.items()})
 
 
 def assert_trees_identical(a, b):
-  fa, fb = hf.flatten_params(a), hf.flatten_params(b)
+  fa, fb = mapping.flatten_params(a), mapping.flatten_params(b)
   assert sorted(fa) == sorted(fb)
   for k in fa:
     x, y = np.asarray(fa[k]), np.asarray(fb[k])
@@ -73,7 +76,7 @@ def jax_outputs(params, model_config, ids, mask, seg):
   """The JAX model's float32 outputs (jitted: eager dispatch is slow)."""
   import jax
   from flax import nnx
-  graphdef, state = nnx.split(hf.make_model(params, model_config))
+  graphdef, state = nnx.split(mapping.make_model(params, model_config))
   fn = jax.jit(lambda s, *a: nnx.merge(graphdef, s)(*a))
   out = fn(state, *(np.asarray(x, np.int32) for x in (ids, mask, seg)))
   return {k: np.asarray(v) for k, v in out.items()}
@@ -101,10 +104,10 @@ def run(args, **kw):
 def test_table_covers_the_model_exactly():
   cfg = tiny_model_config()
   params = random_params(cfg)
-  sd = hf.to_hf_state_dict(params)
-  ours = set(hf.flatten_params(params))
-  assert {r[0] for r in hf.table(2)} == ours
-  assert len(sd) == len(ours) + len(hf.TIED_HF_KEYS)
+  sd = mapping.to_hf_state_dict(params)
+  ours = set(mapping.flatten_params(params))
+  assert {r[0] for r in mapping.table(2)} == ours
+  assert len(sd) == len(ours) + len(mapping.BERT.tied)
   np.testing.assert_array_equal(sd["cls.predictions.decoder.weight"],
                                 sd["bert.embeddings.word_embeddings.weight"])
   assert sd["bert.encoder.layer.1.intermediate.dense.weight"].shape == (128, 64)
@@ -114,13 +117,13 @@ def test_table_covers_the_model_exactly():
 def test_round_trip_is_bit_identical(tmp_path):
   cfg = tiny_model_config()
   params = random_params(cfg, seed=3)
-  hf.save_hf_model(str(tmp_path), params, cfg)
-  back, report = hf.load_hf_params(str(tmp_path))
+  checkpoint_io.save_hf_model(str(tmp_path), params, cfg)
+  back, report = checkpoint_io.load_hf_params(str(tmp_path))
   assert_trees_identical(params, back)
   assert report.fresh == [] and report.skipped == []
   # And through the trainer's init_from path (our own format).
-  hf.save_imported(str(tmp_path / "imp"), back, cfg, report)
-  again, _ = hf.load_init_params(str(tmp_path / "imp"), cfg)
+  checkpoint_io.save_imported(str(tmp_path / "imp"), back, cfg, report)
+  again, _ = pretrained.load_params(str(tmp_path / "imp"), cfg)
   assert_trees_identical(params, again)
 
 
@@ -129,9 +132,9 @@ def test_bf16_params_and_compute_dtype_export_float32(tmp_path):
   from safetensors import safe_open
   cfg = tiny_model_config(dtype="bfloat16")
   params = random_params(cfg)
-  bf16 = hf.unflatten_params({k: jnp.asarray(v, jnp.bfloat16) for k, v in
-                              hf.flatten_params(params).items()})
-  hf.save_hf_model(str(tmp_path), bf16, cfg)
+  bf16 = mapping.unflatten_params({k: jnp.asarray(v, jnp.bfloat16) for k, v in
+                                   mapping.flatten_params(params).items()})
+  checkpoint_io.save_hf_model(str(tmp_path), bf16, cfg)
   with safe_open(str(tmp_path / "model.safetensors"), "np") as f:
     assert {str(f.get_tensor(k).dtype) for k in f.keys()} == {"float32"}
   with open(tmp_path / "config.json") as f:
@@ -139,19 +142,19 @@ def test_bf16_params_and_compute_dtype_export_float32(tmp_path):
 
 
 def test_untrained_heads_are_flagged(tmp_path, caplog):
-  sys.path.insert(0, os.path.join(ROOT, "tools"))
-  import convert_to_hf  # pylint: disable=g-import-not-at-top
   cfg = config_lib.get_config("tiny")
-  assert convert_to_hf.nsp_trained(cfg)
+  assert pretrained.nsp_trained(cfg)
   cfg.data.nsp = False
-  assert not convert_to_hf.nsp_trained(cfg)
+  assert not pretrained.nsp_trained(cfg)
+  untrained = pretrained.untrained_heads(cfg)
   cfg.data.objective = "sop"
-  assert convert_to_hf.nsp_trained(cfg)
+  assert pretrained.nsp_trained(cfg)
   mc = tiny_model_config()
   with caplog.at_level("WARNING"):
-    hf.save_hf_model(str(tmp_path), random_params(mc), mc, nsp_trained=False)
+    checkpoint_io.save_hf_model(str(tmp_path), random_params(mc), mc,
+                                untrained_heads=untrained)
   assert "untrained" in caplog.text
-  note = (tmp_path / hf.UNTRAINED_HEADS_NOTE).read_text()
+  note = (tmp_path / checkpoint_io.UNTRAINED_HEADS_NOTE).read_text()
   assert "bert.pooler" in note and "cls.seq_relationship" in note
   with open(tmp_path / "config.json") as f:
     assert json.load(f)["bert_jax_untrained_heads"] == [
@@ -160,15 +163,17 @@ def test_untrained_heads_are_flagged(tmp_path, caplog):
 
 def test_shape_mismatch_names_the_field(tmp_path):
   cfg = tiny_model_config()
-  hf.save_hf_model(str(tmp_path), random_params(cfg), cfg)
+  checkpoint_io.save_hf_model(str(tmp_path), random_params(cfg), cfg)
   with pytest.raises(ValueError, match="vocab_size"):
-    hf.load_hf_params(str(tmp_path), tiny_model_config(vocab_size=301))
+    checkpoint_io.load_hf_params(str(tmp_path),
+                                 tiny_model_config(vocab_size=301))
   with pytest.raises(ValueError, match="num_hidden_layers"):
-    hf.load_hf_params(str(tmp_path), tiny_model_config(num_hidden_layers=1))
+    checkpoint_io.load_hf_params(str(tmp_path),
+                                 tiny_model_config(num_hidden_layers=1))
   with pytest.raises(ValueError, match="model.hidden_size"):
-    hf.save_imported(str(tmp_path / "i"), random_params(cfg), cfg,
-                     hf.ImportReport())
-    hf.load_init_params(str(tmp_path / "i"), tiny_model_config(
+    checkpoint_io.save_imported(str(tmp_path / "i"), random_params(cfg), cfg,
+                     mapping.ImportReport())
+    pretrained.load_params(str(tmp_path / "i"), tiny_model_config(
         hidden_size=128, num_attention_heads=2))
 
 
@@ -196,8 +201,8 @@ def test_wordpiece_tokenizer_parity(tmp_path, lower_case):
   tokenizers.save_wordpiece(vocab, path)
   ingraph = tokenizers.load(path, "wordpiece", lower_case)
   out = str(tmp_path / "hf")
-  hf.write_hf_tokenizer_files(out, hf.TokenizerSpec("wordpiece", path,
-                                                    lower_case))
+  tokenizer_files.write_hf_tokenizer_files(
+      out, tokenizer_files.TokenizerSpec("wordpiece", path, lower_case))
   auto = AutoTokenizer.from_pretrained(out)
   expected = ingraph.tokenize(SENTENCES).to_list()
   got = [auto(s, add_special_tokens=False)["input_ids"] for s in SENTENCES]
@@ -221,7 +226,8 @@ def test_sentencepiece_tokenizer_parity(tmp_path):
     f.write(proto)
   ingraph = tokenizers.load(path, "sentencepiece")
   out = str(tmp_path / "hf")
-  hf.write_hf_tokenizer_files(out, hf.TokenizerSpec("sentencepiece", path))
+  tokenizer_files.write_hf_tokenizer_files(
+      out, tokenizer_files.TokenizerSpec("sentencepiece", path))
   auto = AutoTokenizer.from_pretrained(out)
   expected = ingraph.tokenize(SENTENCES).to_list()
   got = [auto(s, add_special_tokens=False)["input_ids"] for s in SENTENCES]
@@ -268,7 +274,7 @@ def test_export_directory(trained):
   files = set(os.listdir(trained["out"]))
   assert {"config.json", "model.safetensors", "tokenizer.json",
           "tokenizer_config.json", "spiece.model"} <= files
-  assert hf.UNTRAINED_HEADS_NOTE not in files  # trained with NSP
+  assert checkpoint_io.UNTRAINED_HEADS_NOTE not in files  # trained with NSP
   with open(os.path.join(trained["out"], "config.json")) as f:
     cfg = json.load(f)
   assert cfg["architectures"] == ["BertForPreTraining"]
@@ -296,7 +302,7 @@ def test_pytorch_logits_match_jax(trained):
   print(f"max |MLM logit diff| {mlm.max():.3g}, max |NSP diff| {nsp.max():.3g}")
   assert mlm.max() < 1e-4 and nsp.max() < 1e-4
   # Round trip: ours -> HF -> ours is bit-identical.
-  back, _ = hf.load_hf_params(out)
+  back, _ = checkpoint_io.load_hf_params(out)
   assert_trees_identical(trained["params"], back)
 
 
@@ -315,11 +321,22 @@ def test_tokenizer_parity_on_trained_run(trained):
   from transformers import AutoTokenizer
 
   from bert_jax import tokenizers
-  spec = hf.find_tokenizer(trained["workdir"], trained["config"])
+  spec = pretrained.tokenizer_spec(trained["workdir"])
   ingraph = tokenizers.load(spec.path, spec.kind, spec.lower_case)
   auto = AutoTokenizer.from_pretrained(trained["out"])
   got = [auto(s, add_special_tokens=False)["input_ids"] for s in SENTENCES]
   assert got == ingraph.tokenize(SENTENCES).to_list()
+
+
+def test_trained_run_records_its_tokenizer(trained):
+  """The trainer writes WORKDIR/tokenizer/record.json; export reads it."""
+  with open(os.path.join(trained["workdir"], "tokenizer", "record.json")) as f:
+    record = json.load(f)
+  assert record["kind"] == "sentencepiece" and record["lower_case"]
+  assert not os.path.isabs(record["path"])
+  assert os.path.isfile(os.path.join(trained["workdir"], record["path"]))
+  spec = pretrained.tokenizer_spec(trained["workdir"])
+  assert spec.path == os.path.join(trained["workdir"], record["path"])
 
 
 def test_fill_mask_cli_workdir_and_hf_dir_agree_with_pipeline(trained):
@@ -353,11 +370,12 @@ def test_import_minilm_hidden_states_match_pytorch(tmp_path):
   import transformers  # noqa: F401  (export stack)
   from transformers import AutoTokenizer, BertModel
   path = minilm_dir()
-  params, report = hf.load_hf_params(path)
+  params, report = checkpoint_io.load_hf_params(path)
   assert report.architecture == "BertModel"
   assert report.fresh == ["mlm_head", "nsp_head"], report.summary()
   assert report.skipped == [], report.skipped
-  cfg = hf.model_config_from_hf_config(hf.read_hf_config(path))
+  cfg = checkpoint_io.model_config_from_hf_config(
+      checkpoint_io.read_hf_config(path))
   assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size) == (
       6, 384, 30522)
   tok = AutoTokenizer.from_pretrained(path)
@@ -376,11 +394,11 @@ def test_import_minilm_hidden_states_match_pytorch(tmp_path):
   out = str(tmp_path / "imported")
   res = run(["tools/convert_from_hf.py", "--model", path, "--output", out])
   assert "mlm_head" in res.stdout
-  again, _ = hf.load_init_params(out, cfg)
+  again, _ = pretrained.load_params(out, cfg)
   assert_trees_identical(
       {k: v for k, v in params.items() if k == "bert"},
       {k: v for k, v in again.items() if k == "bert"})
-  with open(os.path.join(out, hf.IMPORTED_CONFIG)) as f:
+  with open(os.path.join(out, checkpoint_io.IMPORTED_CONFIG)) as f:
     data = json.load(f)["data"]
   assert data["tokenizer_type"] == "wordpiece" and data["lower_case"]
 
@@ -409,10 +427,11 @@ def test_import_transformers_classes(tmp_path, cls_name, fresh, safe):
     os.remove(tmp_path / "model.safetensors")
   assert os.path.exists(tmp_path / ("model.safetensors" if safe
                                     else "pytorch_model.bin"))
-  params, report = hf.load_hf_params(str(tmp_path))
+  params, report = checkpoint_io.load_hf_params(str(tmp_path))
   assert report.fresh == fresh, report.summary()
   assert report.architecture == cls_name
-  cfg = hf.model_config_from_hf_config(hf.read_hf_config(str(tmp_path)))
+  cfg = checkpoint_io.model_config_from_hf_config(
+      checkpoint_io.read_hf_config(str(tmp_path)))
   ids = np.random.default_rng(0).integers(5, 300, (2, 12))
   mask = np.ones_like(ids)
   mask[1, 8:] = 0
@@ -434,9 +453,9 @@ def test_import_transformers_classes(tmp_path, cls_name, fresh, safe):
 
 
 def _google_names(params, n_layers):
-  flat = hf.flatten_params(params)
+  flat = mapping.flatten_params(params)
   out = {}
-  for ours, _, tf_name, _, t_tf in hf.table(n_layers):
+  for ours, _, tf_name, _, t_tf in mapping.table(n_layers):
     x = np.asarray(flat[ours], np.float32)
     out[tf_name] = x.T if t_tf else x
   return out
@@ -461,13 +480,13 @@ def test_import_google_tf_checkpoint(tmp_path):
   saver.save(sess=None, save_path=str(ckpt_dir / "bert_model.ckpt"),
              write_meta_graph=False, write_state=False)
   with open(ckpt_dir / "bert_config.json", "w") as f:
-    json.dump({k: cfg[k] for k in hf.MODEL_FIELDS}, f)
-  back, report = hf.load_hf_params(str(ckpt_dir))
+    json.dump({k: cfg[k] for k in checkpoint_io.MODEL_FIELDS}, f)
+  back, report = checkpoint_io.load_hf_params(str(ckpt_dir))
   assert report.format == "tf_checkpoint"
   assert report.fresh == [] and report.skipped == []
   assert any("optimizer slots" in n for n in report.notes), report.notes
   assert_trees_identical(params, back)
   out = str(tmp_path / "imported")
   run(["tools/convert_from_hf.py", "--model", str(ckpt_dir), "--output", out])
-  again, _ = hf.load_init_params(out, cfg)
+  again, _ = pretrained.load_params(out, cfg)
   assert_trees_identical(params, again)

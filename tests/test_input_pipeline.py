@@ -17,6 +17,8 @@ from bert_jax import config_checks
 from bert_jax import config_lib
 from bert_jax import data_sources
 from bert_jax import demo_corpus
+from bert_jax import examples
+from bert_jax import features
 from bert_jax import input_pipeline as ip
 from bert_jax import tokenizers
 
@@ -92,7 +94,8 @@ def unmasked(batch):
 
 
 def one_epoch_examples(config, tok, workdir, pi=0, pc=1, mode="train"):
-  ds = ip._examples(config, tok, workdir, pi, pc, mode, epochs=1)
+  plan = data_sources.plan(config.data, workdir)
+  ds = ip.example_dataset(config, tok, plan, pi, pc, mode, epochs=1)
   rows = []
   for ex in ds.batch(512):
     rows.extend(tuple(r) for r in ex["input_ids"].numpy())
@@ -136,7 +139,8 @@ def test_pairs_labels_segments_and_order(uniq, tmp_path, obj):
   doc_of, order = uniq["doc_of"], uniq["order"]
   labels = []
   n_short = 0
-  ds = ip._examples(c, tok, str(tmp_path), 0, 1, "train", epochs=3)
+  plan = data_sources.plan(c.data, str(tmp_path))
+  ds = ip.example_dataset(c, tok, plan, 0, 1, "train", epochs=3)
   for ex in ds.batch(1024):
     for ids, seg, mask, lab in zip(ex["input_ids"].numpy(),
                                    ex["segment_ids"].numpy(),
@@ -219,7 +223,7 @@ def test_save_restore_continues_identically(uniq, tmp_path):
   it2.restore(str(tmp_path / "ckpt"))
   got = [next(it2) for _ in range(6)]
   for w, g in zip(want, got):
-    for k in ip.FEATURES:
+    for k in features.PRETRAINING_NAMES:
       np.testing.assert_array_equal(w[k], g[k])
   with pytest.raises(ValueError, match="No data iterator state"):
     it2.restore(str(tmp_path / "nothing"))
@@ -230,11 +234,11 @@ def test_eval_batches_identical_and_held_out(uniq, tmp_path):
   c = make_config(uniq["glob"], tok.path, eval_fraction=0.1,
                   num_eval_batches=3)
   e1 = ip.create_eval_batches(c, tok, str(tmp_path))
-  ip._EVAL_CACHE.clear()
+  ip._eval_batches.cache_clear()
   e2 = ip.create_eval_batches(c, tok, str(tmp_path))
   assert len(e1) == 3
   for a, b in zip(e1, e2):
-    for k in ip.FEATURES:
+    for k in features.PRETRAINING_NAMES:
       np.testing.assert_array_equal(a[k], b[k])
   doc_of = uniq["doc_of"]
   eval_docs = {int(d) for b in e1 for d in doc_of[unmasked(b)[unmasked(b) >= uniq["first"]]]}
@@ -409,7 +413,7 @@ def test_demo_corpus_default_path(tmp_path):
   c.data.num_eval_batches = 2
   c.train.batch_size = 8
   wd = str(tmp_path)
-  tok = ip.load_tokenizer(c.data, wd)
+  tok = tokenizers.load_tokenizer(c.data, wd)
   assert tok.vocab_size <= 500
   _validate(c, tok)
   it = ip.create_train_iterator(c, tok, wd)
@@ -431,8 +435,9 @@ def test_nsp_balanced_on_one_long_document(uniq, tmp_path):
   path = demo_corpus.write_documents(str(tmp_path / "book.txt"), [book])
   c = make_config(path, tok.path, objective="nsp")
   labels = []
-  for ex in ip._examples(c, tok, str(tmp_path), 0, 1, "train",
-                         epochs=2).batch(1024):
+  plan = data_sources.plan(c.data, str(tmp_path))
+  for ex in ip.example_dataset(c, tok, plan, 0, 1, "train",
+                               epochs=2).batch(1024):
     labels.extend(ex["next_sentence_labels"].numpy().tolist())
   assert len(labels) > 500
   assert abs(np.mean(labels) - 0.5) < 0.05, np.mean(labels)
@@ -453,8 +458,8 @@ def test_chunking_matches_sequential_greedy():
     cum = np.cumsum(lens)
     close = np.searchsorted(cum, cum - lens + targets, side="left")
     nxt = np.minimum(close, doc_last) + 1
-    got = ip._chain_starts(tf.constant(nxt, tf.int32), tf.constant(new_doc),
-                           512).numpy()
+    got = examples._chain_starts(tf.constant(nxt, tf.int32),
+                                 tf.constant(new_doc), 512).numpy()
     want = np.zeros(n, bool)
     cur, start = 0, 0
     for i in range(n):  # create_pretraining_data.py's accumulation loop
@@ -486,5 +491,30 @@ def test_inspect_data_tool_saves_npz(uniq, tmp_path):
   assert d["input_ids"].shape == (8, 32) and d["word_start"].dtype == bool
   assert int(d["mask_token_id"]) == uniq["tok"].mask_id
   assert int(d["vocab_size"]) == uniq["tok"].vocab_size
-  for k in ip.FEATURES:
+  for k in features.PRETRAINING_NAMES:
     assert k in d
+
+
+def test_traced_stages_and_eval_batches_are_cached(uniq, tmp_path):
+  """A second pipeline for the same tokenizer reuses the traced functions;
+  eval batches are built once per (config, tokenizer file, process)."""
+  tok = uniq["tok"]
+  c = make_config(uniq["glob"], tok.path, eval_fraction=0.1)
+  wd = str(tmp_path)
+  ip.create_train_iterator(c, tok, wd)
+  builders, maskers = (ip.traced_builder.cache_info().misses,
+                       ip.traced_masker.cache_info().misses)
+  next(ip.create_train_iterator(c, tok, wd))
+  assert ip.traced_builder.cache_info().misses == builders
+  assert ip.traced_masker.cache_info().misses == maskers
+  # Another Tokenizer object (its own tf_text resources) gets its own trace.
+  tok2 = tokenizers.load(tok.path, tokenizers.WORDPIECE, lower_case=True)
+  ip.create_train_iterator(c, tok2, wd)
+  assert ip.traced_builder.cache_info().misses == builders + 1
+  e1 = ip.create_eval_batches(c, tok, wd)
+  misses = ip._eval_batches.cache_info().misses
+  e2 = ip.create_eval_batches(c, tok2, wd)  # same tokenizer file: cached
+  assert ip._eval_batches.cache_info().misses == misses
+  assert e1[0] is not e2[0] and e1[0]["input_ids"] is e2[0]["input_ids"]
+  c.data.num_eval_batches = 1
+  assert len(ip.create_eval_batches(c, tok, wd)) == 1

@@ -1,5 +1,8 @@
 """In-graph MLM masking: statistics over >= 100k tokens with fixed seeds."""
 
+import os
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -7,6 +10,10 @@ import tensorflow as tf
 from bert_jax import demo_corpus
 from bert_jax import masking
 from bert_jax import tokenizers
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tools"))
+import bench_input  # noqa: E402  (the numpy masking baseline lives there)
 
 T, P = 64, 12
 
@@ -136,7 +143,7 @@ def test_numpy_collator_reference(data):
   tok, ids = data
   table = np.zeros(tok.vocab_size, bool)
   table[tok.special_ids] = True
-  out, labels = masking.numpy_mask_batch(
+  out, labels = bench_input.numpy_mask_batch(
       ids, np.random.default_rng(0), special_mask_table=table,
       mask_id=tok.mask_id, vocab_size=tok.vocab_size)
   sel = labels != -100

@@ -7,7 +7,6 @@ import tensorflow as tf
 
 from bert_jax import config_lib
 from bert_jax import demo_corpus
-from bert_jax import input_pipeline as ip
 from bert_jax import tokenizers
 from tests.conftest import run_tool
 
@@ -71,21 +70,21 @@ def test_load_tokenizer_caches_by_vocab_size(corpus, tmp_path):
   c = config_lib.get_config("tiny")
   c.data.train_files = path
   c.data.tokenizer_vocab_size = 200
-  t1 = ip.load_tokenizer(c.data, str(tmp_path))
+  t1 = tokenizers.load_tokenizer(c.data, str(tmp_path))
   m1 = os.path.getmtime(t1.path)
-  t1b = ip.load_tokenizer(c.data, str(tmp_path))
+  t1b = tokenizers.load_tokenizer(c.data, str(tmp_path))
   assert t1b.path == t1.path and os.path.getmtime(t1.path) == m1
   c.data.tokenizer_vocab_size = 250
-  t2 = ip.load_tokenizer(c.data, str(tmp_path))
+  t2 = tokenizers.load_tokenizer(c.data, str(tmp_path))
   assert t2.path != t1.path
   assert t1.vocab_size <= 200 and t2.vocab_size <= 250
   c.data.tokenizer_path = str(tmp_path / "nope.model")
   with pytest.raises(ValueError, match="nope.model"):
-    ip.load_tokenizer(c.data, str(tmp_path))
+    tokenizers.load_tokenizer(c.data, str(tmp_path))
   c.data.tokenizer_path = ""
   c.data.tokenizer_type = "bpe"
   with pytest.raises(ValueError, match="tokenizer_type"):
-    ip.load_tokenizer(c.data, str(tmp_path))
+    tokenizers.load_tokenizer(c.data, str(tmp_path))
 
 
 def test_train_tokenizer_tool(corpus, tmp_path):

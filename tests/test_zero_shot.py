@@ -73,16 +73,11 @@ def test_pair_template_and_unlabeled_examples(tiny):
   assert res["accuracy"] is None and res["labels"] == ["0", "1"]
 
 
-def test_workdir_and_hf_dir_agree(tiny, tmp_path, monkeypatch):
-  from bert_jax import checkpointing
+def test_workdir_and_hf_dir_agree(tiny, tmp_path):
+  from tests.test_pretrained import save_checkpoints
   workdir = str(tmp_path / "workdir")
-  os.makedirs(workdir)
-
-  def fake_load_params(path, step=None):
-    assert path == workdir and step == 3
-    return tiny["params"], tiny["config"], 3
-
-  monkeypatch.setattr(checkpointing, "load_params", fake_load_params)
+  # A real training workdir: a step-3 checkpoint of the same params.
+  save_checkpoints(workdir, tiny["config"], {3: tiny["params"]})
   examples = [(t, None, l) for t, l in zip(TEXTS[:4], LABELS)]
   a = zero_shot.zero_shot_classify(workdir, examples, TEMPLATE, VERBALIZER,
                                    step=3)

@@ -47,7 +47,9 @@ def make_hf_dir(base: str, *, seed: int = 0, mlm_bias_scale: float = 2.0,
   """
   from flax import nnx
 
-  from bert_jax import hf
+  from bert_jax.hf import checkpoint_io
+  from bert_jax.hf import mapping
+  from bert_jax.hf import tokenizer_files
   from bert_jax import model as model_lib
   os.makedirs(base, exist_ok=True)
   vocab_path = os.path.join(base, "vocab.txt")
@@ -55,17 +57,17 @@ def make_hf_dir(base: str, *, seed: int = 0, mlm_bias_scale: float = 2.0,
   config = tiny_model_config(len(vocab))
   config.data.tokenizer_path = vocab_path
   m = model_lib.BertForPreTraining(config.model, rngs=nnx.Rngs(seed))
-  flat = hf.flatten_params(nnx.to_pure_dict(nnx.state(m, nnx.Param)))
+  flat = mapping.flatten_params(nnx.to_pure_dict(nnx.state(m, nnx.Param)))
   flat = {k: np.asarray(v, np.float32) for k, v in flat.items()}
   bias = np.random.default_rng(seed).normal(
       0, mlm_bias_scale, flat["mlm_head.bias"].shape).astype(np.float32)
   for w in neutral_words:
     bias[vocab.index(w)] = 0.0
   flat["mlm_head.bias"] = bias
-  params = hf.unflatten_params(flat)
+  params = mapping.unflatten_params(flat)
   out = os.path.join(base, "hf")
-  hf.save_hf_model(out, params, config.model,
-                   tokenizer=hf.TokenizerSpec("wordpiece", vocab_path, True))
+  checkpoint_io.save_hf_model(out, params, config.model,
+                   tokenizer=tokenizer_files.TokenizerSpec("wordpiece", vocab_path, True))
   return dict(out=out, vocab_path=vocab_path, params=params, config=config)
 
 

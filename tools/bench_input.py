@@ -30,20 +30,55 @@ import tensorflow as tf
 
 from bert_jax import config_checks
 from bert_jax import config_lib
+from bert_jax import data_sources
 from bert_jax import demo_corpus
+from bert_jax import examples
 from bert_jax import input_pipeline as ip
-from bert_jax import masking
+from bert_jax import tokenizers
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.")
-_WORKDIR = flags.DEFINE_string("workdir", "/tmp/bench_input", "Workdir.")
-_SECONDS = flags.DEFINE_float("seconds", 10.0, "Seconds per measurement.")
-_COPIES = flags.DEFINE_integer("copies", 8, "Copies of the demo corpus.")
-_VOCAB = flags.DEFINE_integer("vocab_size", 8000, "Tokenizer vocab to train.")
-_TRAIN_RATE = flags.DEFINE_float(
-    "train_tokens_per_sec", 200_000.0,
-    "Tokens/s one host's accelerators consume in a BERT-base train step.")
-_KINDS = flags.DEFINE_list("kinds", ["sentencepiece", "wordpiece"],
-                           "Tokenizers to measure.")
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+  """Defined only when run as a script, so tests can import this module."""
+  config_flags.DEFINE_config_file("config", None, "Config file.")
+  flags.DEFINE_string("workdir", "/tmp/bench_input", "Workdir.")
+  flags.DEFINE_float("seconds", 10.0, "Seconds per measurement.")
+  flags.DEFINE_integer("copies", 8, "Copies of the demo corpus.")
+  flags.DEFINE_integer("vocab_size", 8000, "Tokenizer vocab to train.")
+  flags.DEFINE_float(
+      "train_tokens_per_sec", 200_000.0,
+      "Tokens/s one host's accelerators consume in a BERT-base train step.")
+  flags.DEFINE_list("kinds", ["sentencepiece", "wordpiece"],
+                    "Tokenizers to measure.")
+
+
+def numpy_mask_batch(input_ids: np.ndarray, rng: np.random.Generator, *,
+                     special_mask_table: np.ndarray, mask_id: int,
+                     vocab_size: int, mask_rate: float = 0.15,
+                     mask_token_prob: float = 0.8,
+                     random_token_prob: float = 0.1):
+  """Host-side masking as Hugging Face's DataCollatorForLanguageModeling does.
+
+  Bernoulli(mask_rate) per non-special token; of those 80% [MASK], 10% random,
+  10% kept. Returns (masked input_ids, labels with -100 where not selected).
+  The comparison point of this benchmark (tests/test_masking.py checks its
+  rates).
+  """
+  labels = input_ids.copy()
+  special = special_mask_table[input_ids]
+  selected = (rng.random(input_ids.shape) < mask_rate) & ~special
+  labels[~selected] = -100
+  r = rng.random(input_ids.shape)
+  out = input_ids.copy()
+  to_mask = selected & (r < mask_token_prob)
+  out[to_mask] = mask_id
+  to_random = selected & (r >= mask_token_prob) & (
+      r < mask_token_prob + random_token_prob)
+  out[to_random] = rng.integers(0, vocab_size, size=int(to_random.sum()))
+  return out, labels
+
+
 
 
 def num_cores() -> int:
@@ -93,29 +128,29 @@ def measure(batches, seconds, host_fn=None):
 
 def main(argv):
   del argv
-  config = _CONFIG.value or config_lib.get_config("base")
-  wd = _WORKDIR.value
-  glob = write_corpus(wd, _COPIES.value)
+  config = FLAGS.config or config_lib.get_config("base")
+  wd = FLAGS.workdir
+  glob = write_corpus(wd, FLAGS.copies)
   config.data.train_files = glob
   config.data.sources = ""
   cores = num_cores()
   rows = []
-  for kind in _KINDS.value:
+  for kind in FLAGS.kinds:
     config.data.tokenizer_type = kind
     config.data.tokenizer_path = ""
-    config.data.tokenizer_vocab_size = _VOCAB.value
+    config.data.tokenizer_vocab_size = FLAGS.vocab_size
     config.data.tokenizer_train_sentences = 200_000
-    tok = ip.load_tokenizer(config.data, wd)
+    tok = tokenizers.load_tokenizer(config.data, wd)
     config.model.vocab_size = max(config.model.vocab_size, tok.vocab_size)
     config_checks.check_tokenizer(config, tok)
 
     # (a) Whole pipeline, masking in the tf.data graph.
     it = ip.create_train_iterator(config, tok, wd)
     rows.append((kind, "tf.data + in-graph masking",
-                 *measure(it, _SECONDS.value)))
+                 *measure(it, FLAGS.seconds)))
 
     # (b) Same examples, masked on the host with numpy (HF collator style).
-    ds = ip._examples(config, tok, wd, 0, 1, "train", None)
+    ds = ip.example_dataset(config, tok, data_sources.plan(config.data, wd))
     ds = ds.shuffle(config.data.shuffle_buffer, seed=0).batch(
         config.train.batch_size, drop_remainder=True).prefetch(2)
     table = np.zeros(tok.vocab_size, bool)
@@ -124,19 +159,20 @@ def main(argv):
 
     def host_mask(b):
       b = {k: v.numpy() for k, v in b.items()}
-      b["input_ids"], b["labels"] = masking.numpy_mask_batch(
+      b["input_ids"], b["labels"] = numpy_mask_batch(
           b["input_ids"], rng, special_mask_table=table, mask_id=tok.mask_id,
           vocab_size=tok.vocab_size, mask_rate=config.data.mask_rate)
       return b
     rows.append((kind, "tf.data + host numpy masking",
-                 *measure(ds, _SECONDS.value, host_mask)))
+                 *measure(ds, FLAGS.seconds, host_mask)))
 
   print(f"\nInput pipeline throughput, seq_length={config.data.seq_length}, "
         f"batch={config.train.batch_size}, objective="
-        f"{ip.objective(config.data)}, {cores} CPU core(s). tok/CPU-s = "
+        f"{examples.objective(config.data)}, {cores} CPU core(s). tok/CPU-s = "
         "tokens per CPU-second used by this process (the per-core rate, "
         "robust to other load); tok/s/core = wall rate / cores.")
-  print(f"Train step consumption assumed: {_TRAIN_RATE.value:,.0f} tokens/s "
+  rate = FLAGS.train_tokens_per_sec
+  print(f"Train step consumption assumed: {rate:,.0f} tokens/s "
         "per host (--train_tokens_per_sec).")
   hdr = (f"{'tokenizer':<14}{'variant':<31}{'tokens/s':>10}{'tok/s/core':>11}"
          f"{'tok/CPU-s':>11}{'ex/CPU-s':>10}{'x train':>8}{'cores/train':>12}")
@@ -145,10 +181,11 @@ def main(argv):
   for kind, var, tps, eps, tpc in rows:
     print(f"{kind:<14}{var:<31}{tps:>10,.0f}{tps / cores:>11,.0f}"
           f"{tpc:>11,.0f}{tpc * eps / tps:>10,.0f}"
-          f"{tps / _TRAIN_RATE.value:>8.2f}{_TRAIN_RATE.value / tpc:>12.2f}")
+          f"{tps / rate:>8.2f}{rate / tpc:>12.2f}")
   print("x train = wall tokens/s / train rate; cores/train = CPU cores needed "
         "to feed the train step.")
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

@@ -330,24 +330,11 @@ class Ours:
       self.i += 1
 
 
-def bert_config_dict(model_config) -> dict:
-  m = model_config
-  return dict(vocab_size=m.vocab_size, hidden_size=m.hidden_size,
-              num_hidden_layers=m.num_hidden_layers,
-              num_attention_heads=m.num_attention_heads,
-              intermediate_size=m.intermediate_size, hidden_act="gelu",
-              hidden_dropout_prob=m.hidden_dropout_prob,
-              attention_probs_dropout_prob=m.attention_probs_dropout_prob,
-              max_position_embeddings=m.max_position_embeddings,
-              type_vocab_size=m.type_vocab_size,
-              initializer_range=m.initializer_range,
-              layer_norm_eps=m.layer_norm_eps)
-
-
 def benchmark(config, steps: int, rounds: int, warmup: int, compare: bool,
               flax_python: str | None = None, peers=("flax", "torch")) -> dict:
   import jax
   from bert_jax import flops
+  from bert_jax.hf import checkpoint_io
 
   b, t = config.train.batch_size, config.data.seq_length
   dtype = config.model.dtype
@@ -357,7 +344,8 @@ def benchmark(config, steps: int, rounds: int, warmup: int, compare: bool,
   ours = Ours(config, warmup)
   runners = [("ours", ours)]
   if compare:
-    spec = dict(bert_config=bert_config_dict(config.model), dtype=dtype,
+    spec = dict(bert_config=checkpoint_io.hf_config_from_model_config(
+        config.model), dtype=dtype,
                 data=dict(num=4, batch=b, seq=t,
                           preds=config.data.max_predictions_per_seq,
                           vocab=config.model.vocab_size))

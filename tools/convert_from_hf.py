@@ -25,16 +25,24 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bert_jax import hf  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bert_jax import pretrained  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bert_jax.hf import checkpoint_io  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bert_jax.hf import mapping  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json",
                     "special_tokens_map.json", "vocab.txt", "spiece.model")
 
 
-def convert(model: str, output: str, seed: int = 0) -> hf.ImportReport:
-  params, report = hf.load_hf_params(model, seed=seed)
-  model_config = hf.model_config_from_hf_config(hf.read_hf_config(model))
-  src = model if os.path.isdir(model) else os.path.dirname(model)
+def convert(model: str, output: str, seed: int = 0) -> mapping.ImportReport:
+  source = pretrained.resolve(model)
+  if source.kind not in (pretrained.HF, pretrained.TF):
+    raise ValueError(f"--model={model} is a {source.kind} source, not a "
+                     "Hugging Face directory or TF checkpoint; it needs no "
+                     "import (use it as train.init_from directly).")
+  model_config = pretrained.load_model_config(source)
+  params, report = pretrained.load_params(source, model_config, seed=seed)
+  src = source.path if os.path.isdir(source.path) else os.path.dirname(
+      source.path)
   os.makedirs(output, exist_ok=True)
   for name in _TOKENIZER_FILES:
     if os.path.isfile(os.path.join(src, name)):
@@ -53,7 +61,8 @@ def convert(model: str, output: str, seed: int = 0) -> hf.ImportReport:
     data = dict(tokenizer_type="sentencepiece",
                 tokenizer_path=os.path.abspath(
                     os.path.join(output, "spiece.model")))
-  hf.save_imported(output, params, model_config, report, data_overrides=data)
+  checkpoint_io.save_imported(output, params, model_config, report,
+                              data_overrides=data)
   return report
 
 

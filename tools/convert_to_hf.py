@@ -22,31 +22,18 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bert_jax import hf  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-
-def nsp_trained(config) -> bool:
-  """Whether the run trained the pooler + sentence-pair head."""
-  data = config.get("data", None)
-  if data is None:
-    return True
-  objective = data.get("objective", "") or ""
-  if objective:
-    return objective in ("nsp", "sop")
-  return bool(data.get("nsp", True))
+from bert_jax import pretrained  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bert_jax.hf import checkpoint_io  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def convert(workdir: str, output: str, step: int | None = None) -> list[str]:
-  from bert_jax import checkpointing  # pylint: disable=g-import-not-at-top
-  loaded = checkpointing.load_params(workdir, step)
-  params, config = loaded[0], loaded[1]
-  step = loaded[2] if len(loaded) > 2 else step
-  spec = hf.find_tokenizer(workdir, config)
-  written = hf.save_hf_model(
-      output, params, config.model, tokenizer=spec,
-      nsp_trained=nsp_trained(config),
-      source=f"{os.path.abspath(workdir)} step {step}")
-  return written
+  source = pretrained.resolve(workdir, step)
+  model_config = pretrained.load_model_config(source)
+  params, _ = pretrained.load_params(source, model_config)
+  return checkpoint_io.save_hf_model(
+      output, params, model_config, tokenizer=pretrained.tokenizer_spec(source),
+      untrained_heads=pretrained.untrained_heads(source.config),
+      source=f"{source.workdir or source.path} step {source.step}")
 
 
 def main(argv=None) -> int:

@@ -21,8 +21,10 @@ from absl import flags
 from ml_collections import config_flags
 import numpy as np
 
+from bert_jax import features
 from bert_jax import config_checks
 from bert_jax import input_pipeline
+from bert_jax import tokenizers
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.")
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/bert_jax_inspect", "Workdir.")
@@ -72,7 +74,7 @@ def main(argv):
   config = _CONFIG.value
   workdir = _WORKDIR.value
   config_checks.validate(config, num_devices=1)  # Before any file is written.
-  tok = input_pipeline.load_tokenizer(config.data, workdir)
+  tok = tokenizers.load_tokenizer(config.data, workdir)
   config_checks.check_tokenizer(config, tok)
   print(repr(tok))
   if _EVAL.value:
@@ -86,7 +88,7 @@ def main(argv):
     show(tok, batches[0], r)
   if _SAVE.value:
     arrays = {k: np.concatenate([b[k] for b in batches])
-              for k in input_pipeline.FEATURES}
+              for k in features.PRETRAINING_NAMES}
     orig = np.concatenate([original_ids(b) for b in batches])
     arrays["word_start"] = tok.word_start[orig] & (arrays["input_mask"] > 0)
     arrays.update(vocab_size=np.int32(tok.vocab_size),

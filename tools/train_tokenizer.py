@@ -7,7 +7,7 @@ r"""Trains a SentencePiece model or a WordPiece vocab.txt on the configured sour
 
 Reads up to data.tokenizer_train_sentences lines from data.sources (or the
 demo corpus, written into --workdir). Without --output the file goes where
-input_pipeline.load_tokenizer looks for its cache, so a training run with the
+tokenizers.load_tokenizer looks for its cache, so a training run with the
 same config and workdir picks it up; otherwise point data.tokenizer_path at it.
 """
 
@@ -21,7 +21,6 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
-from bert_jax import input_pipeline
 from bert_jax import tokenizers
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.")
@@ -33,13 +32,12 @@ _OUTPUT = flags.DEFINE_string("output", "", "Output file (.model/vocab.txt).")
 def main(argv):
   del argv
   data = _CONFIG.value.data
-  out = _OUTPUT.value or input_pipeline.tokenizer_cache_path(
-      data, _WORKDIR.value)
+  out = _OUTPUT.value or tokenizers.cache_path(data, _WORKDIR.value)
   logging.info("Training %s (vocab %d) -> %s", data.tokenizer_type,
                data.tokenizer_vocab_size, out)
   tok = tokenizers.train(
       data.tokenizer_type,
-      input_pipeline.training_sentences(data, _WORKDIR.value),
+      tokenizers.training_sentences(data, _WORKDIR.value),
       data.tokenizer_vocab_size, data.lower_case, out)
   print(f"Wrote {out}: {tok!r}")
   if tok.missing_special_tokens:

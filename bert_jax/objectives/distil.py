@@ -37,7 +37,7 @@ RANDOM_TEACHER = "random"
 
 def student_config(config) -> ml_collections.ConfigDict:
   """The student's model group: the teacher's with fewer layers, no segment
-  table (DistilBERT's architecture; hf_family exports it)."""
+  table (DistilBERT's architecture; hf/families.py exports it)."""
   mc = config.model.copy_and_resolve_references()
   mc.num_hidden_layers = int(config.objective.student_layers)
   mc.type_vocab_size = 0
@@ -65,13 +65,21 @@ def feature_spec(config):
 
 
 def load_teacher(config) -> dict:
-  """Teacher params (host arrays) from `objective.teacher`; the architecture
-  must equal config.model (a ValueError names the differing field)."""
-  from bert_jax import hf  # pylint: disable=g-import-not-at-top
-  params, report = hf.load_init_params(config.objective.teacher, config.model,
-                                       seed=config.train.seed)
-  logging.info("Distillation teacher: %s (%s).", config.objective.teacher,
-               report)
+  """Teacher params (host arrays) from `objective.teacher`, any BERT that
+  `bert_jax.pretrained` resolves; its architecture must equal config.model
+  (a ValueError names the differing field)."""
+  from bert_jax import pretrained  # pylint: disable=g-import-not-at-top
+  source = pretrained.resolve(config.objective.teacher)
+  if source.family != "bert":
+    raise ValueError(f"objective.teacher={config.objective.teacher} is a "
+                     f"{source.family!r} model; the teacher must be a BERT.")
+  params, report = pretrained.load_params(source, config.model,
+                                          seed=config.train.seed)
+  if report.fresh:
+    logging.warning("The teacher %s lacks %s (initialized randomly): its "
+                    "soft targets are noise without a trained MLM head.",
+                    config.objective.teacher, report.fresh)
+  logging.info("Distillation teacher: %s", report.summary())
   return params
 
 
@@ -162,17 +170,11 @@ def metrics(sums, counts_, config) -> dict:
 
 def export_student(out_dir: str, params, config, *, tokenizer=None) -> list:
   """Write the student as a Hugging Face DistilBertForMaskedLM directory
-  (plus tokenizer files when `tokenizer` is an hf.TokenizerSpec)."""
-  from bert_jax import hf  # pylint: disable=g-import-not-at-top
-  from bert_jax import hf_family  # pylint: disable=g-import-not-at-top
-  written = hf_family.save(out_dir, "distilbert", params,
-                           student_config(config))
-  if tokenizer is not None:
-    hf.write_hf_tokenizer_files(
-        out_dir, tokenizer,
-        model_max_length=int(config.model.max_position_embeddings))
-    written += ["tokenizer.json", "tokenizer_config.json"]
-  return written
+  (plus tokenizer files when `tokenizer` is a tokenizer_files.TokenizerSpec);
+  returns the files written."""
+  from bert_jax.hf import checkpoint_io  # pylint: disable=g-import-not-at-top
+  return checkpoint_io.save_hf_model(out_dir, params, student_config(config),
+                                     tokenizer=tokenizer, family="distilbert")
 
 
 OBJECTIVE = Objective(

@@ -1,0 +1,77 @@
+"""The training-data iterator: per-host numpy batches with a saveable state.
+
+The whole pipeline is one tf.data graph with stateless random ops, so its
+iterator state (shuffle buffers included) is a TF checkpoint; saving it with
+each model checkpoint makes a resumed run see exactly the batches the
+uninterrupted run would have. Per-block data counters (``examples.STATS``)
+ride along in the batches; the iterator strips, sums, logs and saves them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+from bert_jax import examples
+
+
+class DataIterator:
+  """Iterator of per-host numpy batches whose exact state can be saved."""
+
+  def __init__(self, ds: tf.data.Dataset, process_index: int = 0):
+    self._ds = ds
+    self._it = iter(ds)
+    self._ckpt = tf.train.Checkpoint(iterator=self._it)
+    self.process_index = process_index
+    self.stats = {k: 0 for k in examples.STATS}
+    self._batches = 0
+    self._logged_bad = 0
+
+  def __iter__(self):
+    return self
+
+  def __next__(self) -> dict[str, np.ndarray]:
+    batch = next(self._it)
+    out = {k: v.numpy() for k, v in batch.items()}
+    st = out.pop(examples.STATS_KEY, None)
+    self._batches += 1
+    if st is not None:
+      for k, v in zip(examples.STATS, st.tolist()):
+        self.stats[k] += int(v)
+      bad = sum(self.stats[k] for k in examples.STATS[1:5])
+      if self._batches == 1 or (bad > self._logged_bad and
+                                self._batches % 1000 == 0):
+        self._logged_bad = bad
+        logging.info("Data (process %d) so far: %s", self.process_index,
+                     ", ".join(f"{k}={v}" for k, v in self.stats.items()))
+    return out
+
+  def _path(self, directory: str) -> str:
+    return os.path.join(directory, f"process_{self.process_index}")
+
+  def save(self, directory: str) -> str:
+    """Writes the iterator state under directory/process_<i>/."""
+    d = self._path(directory)
+    tf.io.gfile.makedirs(d)
+    path = self._ckpt.write(os.path.join(d, "iterator"))
+    with tf.io.gfile.GFile(os.path.join(d, "stats.json"), "w") as f:
+      json.dump(dict(self.stats, batches=self._batches), f)
+    return path
+
+  def restore(self, directory: str) -> None:
+    d = self._path(directory)
+    prefix = os.path.join(d, "iterator")
+    if not tf.io.gfile.glob(prefix + "*"):
+      raise ValueError(f"No data iterator state at {prefix}.")
+    self._ckpt.read(prefix).assert_consumed()
+    stats_path = os.path.join(d, "stats.json")
+    if tf.io.gfile.exists(stats_path):
+      with tf.io.gfile.GFile(stats_path) as f:
+        saved = json.load(f)
+      self._batches = saved.pop("batches", 0)
+      self.stats.update({k: v for k, v in saved.items() if k in self.stats})
+

@@ -1,0 +1,313 @@
+"""Hugging Face and Google checkpoint files: read, write, configs.
+
+Reads weights from safetensors (single or sharded), ``pytorch_model.bin``
+(torch imported only then) or a Google TF checkpoint (TensorFlow imported only
+then); writes an HF directory (config.json + model.safetensors + tokenizer
+files) and our imported-directory format (tools/convert_from_hf.py output).
+Names are translated by ``hf.mapping``; tokenizer files by
+``hf.tokenizer_files``.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+from typing import Any, Mapping
+
+import ml_collections
+import numpy as np
+
+from bert_jax.hf import mapping
+from bert_jax.hf import tokenizer_files
+
+# HF BertConfig fields that our model config shares, by the same name.
+MODEL_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
+                "num_attention_heads", "intermediate_size", "hidden_act",
+                "hidden_dropout_prob", "attention_probs_dropout_prob",
+                "max_position_embeddings", "type_vocab_size",
+                "initializer_range", "layer_norm_eps")
+# Fields that fix the parameter shapes and the function computed: a source and
+# the config it is loaded into must agree on them.
+ARCH_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
+               "num_attention_heads", "intermediate_size",
+               "max_position_embeddings", "type_vocab_size", "hidden_act",
+               "layer_norm_eps")
+
+UNTRAINED_HEADS_NOTE = "UNTRAINED_HEADS.md"
+
+# Files written by tools/convert_from_hf.py (our own format, no torch needed).
+IMPORTED_PARAMS = "params.safetensors"
+IMPORTED_CONFIG = "bert_jax_config.json"
+IMPORT_REPORT = "import_report.json"
+# Weight files that make a directory a Hugging Face checkpoint.
+HF_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json",
+                   "pytorch_model.bin")
+
+
+# --------------------------------------------------------------------------
+# Configs
+# --------------------------------------------------------------------------
+def hf_config_from_model_config(model_config, *, pad_token_id: int = 0,
+                                architectures=("BertForPreTraining",),
+                                family: str = "bert",
+                                extra: Mapping[str, Any] | None = None) -> dict:
+  """Our model config -> an HF config dict (config.json)."""
+  fam = mapping.get(family)
+  if fam.config_to_hf is not None:  # Not a BertConfig (ALBERT, DistilBERT).
+    cfg = fam.config_to_hf(model_config, pad_token_id)
+    cfg.update(extra or {})
+    return cfg
+  cfg = {"architectures": list(architectures),
+         "model_type": mapping.get(family).model_type}
+  for f in MODEL_FIELDS:
+    cfg[f] = model_config[f]
+  for f in ("vocab_size", "hidden_size", "num_hidden_layers",
+            "num_attention_heads", "intermediate_size",
+            "max_position_embeddings", "type_vocab_size"):
+    cfg[f] = int(cfg[f])
+  for f in ("hidden_dropout_prob", "attention_probs_dropout_prob",
+            "initializer_range", "layer_norm_eps"):
+    cfg[f] = float(cfg[f])
+  cfg.update(pad_token_id=int(pad_token_id), position_embedding_type="absolute",
+             tie_word_embeddings=True, dtype="float32")
+  if extra:
+    cfg.update(extra)
+  return cfg
+
+
+def model_config_from_hf_config(hf_config: Mapping[str, Any]):
+  """An HF config dict (or Google bert_config.json) -> our model config."""
+  from bert_jax import config_lib
+  fam = mapping.by_model_type(hf_config.get("model_type", "bert"))
+  if fam.config_from_hf is not None:
+    return fam.config_from_hf(hf_config)
+  cfg = config_lib.model_config("base")
+  for f in MODEL_FIELDS:
+    if f in hf_config:
+      cfg[f] = type(cfg[f])(hf_config[f])
+  if "intermediate_size" not in hf_config:
+    cfg.intermediate_size = 4 * cfg.hidden_size
+  if "num_attention_heads" not in hf_config:
+    cfg.num_attention_heads = cfg.hidden_size // 64
+  model_type = hf_config.get("model_type", "bert")
+  if model_type != "bert":
+    raise ValueError(f"config.json model_type={model_type!r}: only 'bert' "
+                     "checkpoints can be imported.")
+  pos = hf_config.get("position_embedding_type", "absolute")
+  if pos != "absolute":
+    raise ValueError(f"position_embedding_type={pos!r} is not supported "
+                     "(only 'absolute').")
+  if cfg.hidden_act != "gelu":
+    raise ValueError(f"hidden_act={cfg.hidden_act!r} is not supported; this "
+                     "model implements exact (erf) 'gelu' only.")
+  return cfg
+
+
+def check_same_architecture(src, dst, path: str) -> None:
+  """ValueError naming the first ARCH_FIELDS entry where src and dst differ."""
+  for f in ARCH_FIELDS:
+    if src[f] != dst[f]:
+      raise ValueError(f"train.init_from={path} has model.{f}={src[f]}, but "
+                       f"the config has model.{f}={dst[f]}; set "
+                       f"--config.model.{f}={src[f]}.")
+
+
+def read_hf_config(path: str) -> dict | None:
+  """config.json (HF) or bert_config.json (Google) next to the weights."""
+  base = path if os.path.isdir(path) else os.path.dirname(path)
+  for name in ("config.json", "bert_config.json"):
+    p = os.path.join(base, name)
+    if os.path.isfile(p):
+      with open(p) as f:
+        return json.load(f)
+  return None
+
+
+# --------------------------------------------------------------------------
+# Reading weights
+# --------------------------------------------------------------------------
+def find_tf_checkpoint(path: str) -> str | None:
+  """A TF checkpoint prefix for `path` (a prefix, or a dir holding one)."""
+  if os.path.exists(path + ".index"):
+    return path
+  if os.path.isdir(path):
+    indexes = sorted(glob.glob(os.path.join(path, "*.index")))
+    if indexes:
+      return indexes[-1][: -len(".index")]
+  return None
+
+
+def _load_safetensors(path: str) -> dict[str, np.ndarray]:
+  """safetensors -> numpy; bfloat16 tensors (numpy has none) become float32."""
+  from safetensors import safe_open
+  from safetensors.numpy import load_file
+  try:
+    return load_file(path)
+  except TypeError:  # bfloat16: read through JAX, which has the dtype.
+    import jax.numpy as jnp
+    with safe_open(path, framework="flax") as f:
+      return {k: np.asarray(f.get_tensor(k).astype(jnp.float32))
+              for k in f.keys()}
+
+
+def read_hf_state_dict(path: str) -> tuple[dict[str, np.ndarray], str]:
+  """Read weights from an HF directory or a TF checkpoint -> (dict, format).
+
+  Formats, in order of preference: model.safetensors (or a sharded
+  model.safetensors.index.json), pytorch_model.bin (needs torch), a Google TF
+  checkpoint (needs TensorFlow; prefix or a directory with one).
+  """
+  load_file = _load_safetensors
+  if os.path.isfile(path) and path.endswith(".safetensors"):
+    return load_file(path), "safetensors"
+  single = os.path.join(path, "model.safetensors")
+  index = os.path.join(path, "model.safetensors.index.json")
+  if os.path.isfile(single):
+    return load_file(single), "safetensors"
+  if os.path.isfile(index):
+    with open(index) as f:
+      files = sorted(set(json.load(f)["weight_map"].values()))
+    sd = {}
+    for name in files:
+      sd.update(load_file(os.path.join(path, name)))
+    return sd, "safetensors"
+  binfile = path if path.endswith(".bin") else os.path.join(
+      path, "pytorch_model.bin")
+  if os.path.isfile(binfile):
+    import torch  # Lazy: only this format needs torch.
+    sd = torch.load(binfile, map_location="cpu", weights_only=True)
+    return {k: v.detach().float().numpy() if v.dtype == torch.bfloat16
+            else v.detach().numpy() for k, v in sd.items()}, "pytorch_bin"
+  prefix = find_tf_checkpoint(path)
+  if prefix is not None:
+    import tensorflow as tf  # Lazy: only Google's TF checkpoints need it.
+    reader = tf.train.load_checkpoint(prefix)
+    names = reader.get_variable_to_shape_map()
+    state = mapping.TF_TRAINING_STATE
+    sd = {n: reader.get_tensor(n) for n in sorted(names)
+          if not state.search(n)}
+    sd.update({n: np.zeros(()) for n in names if state.search(n)})
+    return sd, "tf_checkpoint"
+  raise FileNotFoundError(
+      f"No model.safetensors, pytorch_model.bin or TF checkpoint in {path}.")
+
+
+def load_hf_params(path: str, model_config=None, *, family: str = "bert",
+                   seed: int = 0) -> tuple[dict, mapping.ImportReport]:
+  """Load weights from an HF dir / TF checkpoint as our param tree.
+
+  `model_config`: our model config to load into; None derives it from the
+  directory's config.json / bert_config.json. Returns (params as a nested
+  dict of float32 numpy arrays, ImportReport).
+  """
+  if model_config is None:
+    hf_cfg = read_hf_config(path)
+    if hf_cfg is None:
+      raise FileNotFoundError(f"No config.json or bert_config.json in {path}; "
+                              "pass model_config.")
+    model_config = model_config_from_hf_config(hf_cfg)
+  sd, fmt = read_hf_state_dict(path)
+  return mapping.from_hf_state_dict(sd, model_config, family=family, seed=seed,
+                                    source=path, fmt=fmt)
+
+
+# --------------------------------------------------------------------------
+# Our imported-directory format (tools/convert_from_hf.py)
+# --------------------------------------------------------------------------
+def save_imported(out_dir: str, params, model_config,
+                  report: mapping.ImportReport,
+                  data_overrides: Mapping[str, Any] | None = None) -> None:
+  """Write our param tree (flat dotted keys) + model config for init_from."""
+  from safetensors.numpy import save_file
+  os.makedirs(out_dir, exist_ok=True)
+  flat = {k: mapping.f32(v) for k, v in mapping.flatten_params(params).items()}
+  save_file(flat, os.path.join(out_dir, IMPORTED_PARAMS),
+            metadata={"format": "bert_jax"})
+  with open(os.path.join(out_dir, IMPORTED_CONFIG), "w") as f:
+    json.dump({"model": dict(model_config.to_dict()),
+               "data": dict(data_overrides or {})}, f, indent=2)
+  with open(os.path.join(out_dir, IMPORT_REPORT), "w") as f:
+    json.dump(report.to_json(), f, indent=2)
+
+
+def read_imported_config(path: str) -> dict:
+  """{"model": ..., "data": ...} of an imported directory."""
+  with open(os.path.join(path, IMPORTED_CONFIG)) as f:
+    return json.load(f)
+
+
+def load_imported(path: str) -> tuple[dict, Any, mapping.ImportReport]:
+  """Read a convert_from_hf.py directory -> (params, model config, report)."""
+  from safetensors.numpy import load_file
+  flat = load_file(os.path.join(path, IMPORTED_PARAMS))
+  cfg = ml_collections.ConfigDict(read_imported_config(path)["model"])
+  report = mapping.ImportReport(source=path, format="bert_jax")
+  report_path = os.path.join(path, IMPORT_REPORT)
+  if os.path.isfile(report_path):
+    with open(report_path) as f:
+      report = mapping.ImportReport(**json.load(f))
+    report.notes = list(report.notes) + [f"Read from {path}."]
+  return mapping.unflatten_params(flat), cfg, report
+
+
+# --------------------------------------------------------------------------
+# Export
+# --------------------------------------------------------------------------
+def save_hf_model(out_dir: str, params, model_config, *,
+                  tokenizer: tokenizer_files.TokenizerSpec | None = None,
+                  untrained_heads: tuple[str, ...] = (),
+                  family: str = "bert",
+                  source: str = "") -> list[str]:
+  """Write an HF directory of the family; returns the files written.
+
+  config.json + model.safetensors (float32, tied weights written explicitly)
+  + tokenizer files. `untrained_heads` (HF prefixes, e.g. from
+  ``pretrained.untrained_heads``) are flagged: a warning, a note file, and a
+  key in config.json.
+  """
+  from safetensors.numpy import save_file
+  os.makedirs(out_dir, exist_ok=True)
+  sd = mapping.to_hf_state_dict(params, family=family)
+  word = next(r.hf for r in mapping.get(family).rows
+              if r.ours.endswith("word_embeddings"))
+  if int(sd[word].shape[0]) != int(model_config.vocab_size):
+    raise ValueError("params do not match model.vocab_size.")
+  save_file(sd, os.path.join(out_dir, "model.safetensors"),
+            metadata={"format": "pt"})
+  written = ["model.safetensors"]
+  pad_id = 0
+  if tokenizer is not None:
+    cfg = tokenizer_files.write_hf_tokenizer_files(
+        out_dir, tokenizer,
+        model_max_length=int(model_config.max_position_embeddings))
+    written += ["tokenizer.json", "tokenizer_config.json",
+                "special_tokens_map.json",
+                "vocab.txt" if tokenizer.kind == "wordpiece" else
+                "spiece.model"]
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(os.path.join(out_dir, "tokenizer.json"))
+    pad = tok.token_to_id(cfg.get("pad_token", "[PAD]"))
+    pad_id = 0 if pad is None else pad
+    n_tok = tok.get_vocab_size(with_added_tokens=True)
+    if n_tok > int(model_config.vocab_size):
+      raise ValueError(f"The tokenizer has {n_tok} tokens but "
+                       f"model.vocab_size={model_config.vocab_size}.")
+  extra = {"bert_jax_source": source} if source else {}
+  if untrained_heads:
+    extra["bert_jax_untrained_heads"] = list(untrained_heads)
+    msg = ("This run did not train " + " and ".join(untrained_heads) +
+           " (e.g. data.nsp=False: no next-sentence prediction): they are "
+           "untrained random weights. Do not use their outputs (e.g. "
+           "pooler_output or NSP logits); fine-tune them first.")
+    logging.warning(msg)
+    with open(os.path.join(out_dir, UNTRAINED_HEADS_NOTE), "w") as f:
+      f.write("# Untrained heads\n\n" + msg + "\n")
+    written.append(UNTRAINED_HEADS_NOTE)
+  cfg = hf_config_from_model_config(model_config, pad_token_id=pad_id,
+                                    family=family, extra=extra)
+  with open(os.path.join(out_dir, "config.json"), "w") as f:
+    json.dump(cfg, f, indent=2)
+  written.insert(0, "config.json")
+  return written

@@ -1,0 +1,313 @@
+"""What is at this path, and how to load params, model config and tokenizer.
+
+The one place every entry point (trainer ``train.init_from``, ``fill_mask``,
+the converters, fine-tuning) asks. Kinds of path:
+
+  workdir    a pretraining workdir (its latest committed step, or `step`)
+  step       one ``WORKDIR/checkpoints/<step>`` directory
+  imported   a tools/convert_from_hf.py output (params.safetensors)
+  hf         a Hugging Face directory (config.json + safetensors / .bin)
+  tf         a Google TF checkpoint (bert_config.json + *.index)
+
+  source = pretrained.resolve(path, step=None)
+  model_config = pretrained.load_model_config(source)
+  params, report = pretrained.load_params(source, model_config)
+  spec = pretrained.tokenizer_spec(source)
+
+A workdir's tokenizer is the one its run recorded (:func:`record_tokenizer`,
+``WORKDIR/tokenizer/record.json``); workdirs written before the record existed
+are searched (:func:`_search_old_workdir`). No TensorFlow and no torch are
+imported except to read a TF checkpoint / pytorch_model.bin or to write the
+record on a ``gs://`` workdir.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import logging
+import os
+from typing import Any
+
+import ml_collections
+
+from bert_jax import config_lib
+from bert_jax.hf import checkpoint_io
+from bert_jax.hf import mapping
+from bert_jax.hf import tokenizer_files
+
+WORKDIR, STEP, IMPORTED, HF, TF = "workdir", "step", "imported", "hf", "tf"
+TOKENIZER_RECORD = os.path.join("tokenizer", "record.json")
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+  """A resolved path: its kind and what was read to decide it."""
+  kind: str  # WORKDIR, STEP, IMPORTED, HF or TF
+  path: str  # the path as resolved (absolute for local paths)
+  step: int | None = None  # checkpoint step (workdir / step kinds)
+  step_dir: str = ""  # checkpoints/<step> (workdir / step kinds)
+  workdir: str = ""  # the run's workdir (workdir / step kinds)
+  config: Any = None  # the stored run config (ConfigDict) when there is one
+  family: str = "bert"
+
+
+def _abs(path: str) -> str:
+  return path if "://" in path else os.path.abspath(path)
+
+
+def _exists(path: str) -> bool:
+  if "://" in path:
+    from etils import epath
+    return epath.Path(path).exists()
+  return os.path.exists(path)
+
+
+def _is_ours(path: str) -> bool:
+  """A workdir, its checkpoints/ directory or one of its step directories."""
+  from etils import epath
+  p = epath.Path(path)
+  return ((p / "checkpoints").is_dir() or p.name == "checkpoints" or
+          (p.name.isdigit() and (p / "state").is_dir()))
+
+
+def resolve(path: str, step: int | None = None) -> Source:
+  """Decides what `path` is; FileNotFoundError naming it when it is nothing.
+
+  `step` selects a checkpoint of a workdir (default: the latest committed).
+  """
+  if not path:
+    raise FileNotFoundError("No path given (empty string).")
+  path = _abs(path)
+  if not _exists(path) and not os.path.exists(path + ".index"):
+    raise FileNotFoundError(f"{path} does not exist.")
+  if _is_ours(path):
+    from bert_jax import checkpointing
+    step_dir, chosen = checkpointing.resolve_step_dir(path, step)
+    workdir = os.path.dirname(os.path.dirname(step_dir))
+    kind = STEP if os.path.basename(path).isdigit() else WORKDIR
+    config = ml_collections.ConfigDict(
+        checkpointing.stored_config(step_dir) or {})
+    return Source(kind, path, chosen, step_dir, workdir, config)
+  if step is not None:
+    raise ValueError(f"{path} is not a training workdir: --step={step} "
+                     "applies only to workdirs.")
+  if os.path.isfile(os.path.join(path, checkpoint_io.IMPORTED_PARAMS)):
+    config = ml_collections.ConfigDict(
+        checkpoint_io.read_imported_config(path))
+    return Source(IMPORTED, path, config=config)
+  hf_config = checkpoint_io.read_hf_config(path)
+  family = (hf_config or {}).get("model_type", "bert")
+  if path.endswith((".safetensors", ".bin")) and os.path.isfile(path) or (
+      hf_config is not None and any(os.path.exists(os.path.join(path, f))
+                                    for f in checkpoint_io.HF_WEIGHT_FILES)):
+    return Source(HF, path, family=family)
+  if checkpoint_io.find_tf_checkpoint(path) is not None:
+    return Source(TF, path, family=family)
+  raise FileNotFoundError(
+      f"{path} is none of: a training workdir (checkpoints/), a checkpoint "
+      f"step directory, a tools/convert_from_hf.py output "
+      f"({checkpoint_io.IMPORTED_PARAMS}), a Hugging Face directory "
+      "(config.json + model.safetensors or pytorch_model.bin) or a TF "
+      "checkpoint (*.index).")
+
+
+def _as_source(source: Source | str) -> Source:
+  return source if isinstance(source, Source) else resolve(source)
+
+
+def load_model_config(source: Source | str) -> ml_collections.ConfigDict:
+  """The model config the source's params were made for."""
+  source = _as_source(source)
+  if source.kind in (WORKDIR, STEP, IMPORTED):
+    if "model" not in source.config:
+      raise FileNotFoundError(f"{source.path} stores no model config.")
+    return ml_collections.ConfigDict(source.config.model.to_dict())
+  hf_cfg = checkpoint_io.read_hf_config(source.path)
+  if hf_cfg is None:
+    raise FileNotFoundError(f"No config.json or bert_config.json in "
+                            f"{source.path}; it is needed for the model "
+                            "config.")
+  return checkpoint_io.model_config_from_hf_config(hf_cfg)
+
+
+def load_params(source: Source | str, model_config=None, *,
+                abstract_params=None, seed: int = 0, config=None):
+  """Params of `source` for `model_config` -> (params, ImportReport).
+
+  Without `abstract_params`: a nested dict of float32 numpy arrays (int layer
+  keys, the layout of ``nnx.state(model, nnx.Param).to_pure_dict()``) holding
+  every parameter of the source's family model; heads an HF source lacks are
+  initialized from `seed`. A caller whose model has other heads (fine-tuning)
+  takes the subtrees it wants. With `abstract_params` (ShapeDtypeStructs with
+  shardings) the result is global arrays on those shardings and must match
+  their tree. Architecture fields must equal `model_config`'s (ValueError
+  naming the field); `config` (the current run config) only improves the
+  message when a checkpoint does not fit.
+  """
+  source = _as_source(source)
+  if model_config is None:
+    model_config = load_model_config(source)
+  from bert_jax import checkpointing
+  if source.kind in (WORKDIR, STEP):
+    report = mapping.ImportReport(source=source.step_dir, format="bert_jax",
+                                  architecture="BertForPreTraining")
+    if abstract_params is not None:  # Read straight onto the shardings.
+      params, _ = checkpointing.restore_params(
+          source.step_dir, abstract_params, config=config)
+    else:
+      if "model" in source.config:
+        checkpoint_io.check_same_architecture(
+            source.config.model, model_config, source.path)
+      params, _, _ = checkpointing.load_params(source.step_dir)
+    report.loaded = sorted(mapping.flatten_params(params))
+    return params, report
+  if source.kind == IMPORTED:
+    params, src_cfg, report = checkpoint_io.load_imported(source.path)
+    checkpoint_io.check_same_architecture(src_cfg, model_config, source.path)
+  else:
+    hf_cfg = checkpoint_io.read_hf_config(source.path)
+    if hf_cfg is not None:
+      checkpoint_io.check_same_architecture(
+          checkpoint_io.model_config_from_hf_config(hf_cfg), model_config,
+          source.path)
+    params, report = checkpoint_io.load_hf_params(
+        source.path, model_config, family=source.family, seed=seed)
+  if abstract_params is not None:
+    params = checkpointing.place_params(params, abstract_params,
+                                        source=source.path)
+  return params, report
+
+
+# --------------------------------------------------------------------------
+# Objective / heads
+# --------------------------------------------------------------------------
+def nsp_trained(config) -> bool:
+  """Whether a run with `config` trained the pooler + sentence-pair head."""
+  data = config.get("data", None) if config is not None else None
+  if data is None:
+    return True
+  full = config_lib.complete(config).data  # Older configs lack fields.
+  return config_lib.sentence_objective(full) in ("nsp", "sop")
+
+
+def untrained_heads(config) -> tuple[str, ...]:
+  """HF prefixes of heads a run with `config` left at their random init."""
+  return () if nsp_trained(config) else ("bert.pooler", "cls.seq_relationship")
+
+
+# --------------------------------------------------------------------------
+# Tokenizer
+# --------------------------------------------------------------------------
+def record_tokenizer(workdir: str, tok) -> None:
+  """Writes which tokenizer this run uses (process 0; tf.io.gfile paths).
+
+  `tok`: a ``tokenizers.Tokenizer`` (kind, path, lower_case). The path is
+  stored relative to the workdir when it lies inside it, so a copied or
+  moved workdir still finds it.
+  """
+  import jax
+  if jax.process_index() != 0:
+    return
+  import tensorflow as tf  # The trainer has it loaded; gs:// needs it.
+  root = workdir.rstrip("/") + "/"
+  path = tok.path
+  if "://" not in path:
+    path = os.path.abspath(path)
+    root = os.path.abspath(workdir) + os.sep if "://" not in workdir else root
+  rel = path[len(root):] if path.startswith(root) else path
+  record = dict(kind=tok.kind, path=rel, lower_case=bool(tok.lower_case))
+  target = os.path.join(workdir, TOKENIZER_RECORD)
+  tf.io.gfile.makedirs(os.path.dirname(target))
+  with tf.io.gfile.GFile(target, "w") as f:
+    f.write(json.dumps(record, indent=2) + "\n")
+
+
+def _read_text(path: str) -> str | None:
+  if "://" in path:
+    import tensorflow as tf  # Only gs:// and other remote workdirs need it.
+    if not tf.io.gfile.exists(path):
+      return None
+    with tf.io.gfile.GFile(path) as f:
+      return f.read()
+  if not os.path.isfile(path):
+    return None
+  with open(path) as f:
+    return f.read()
+
+
+def _join(workdir: str, path: str) -> str:
+  if "://" in path or os.path.isabs(path):
+    return path
+  return os.path.join(workdir, path)
+
+
+def tokenizer_spec(source: Source | str) -> tokenizer_files.TokenizerSpec:
+  """The tokenizer the source's params were trained with (file + settings)."""
+  source = _as_source(source)
+  spec = tokenizer_files.TokenizerSpec
+  if source.kind in (WORKDIR, STEP):
+    text = _read_text(os.path.join(source.workdir, TOKENIZER_RECORD))
+    if text is None:
+      return _search_old_workdir(source.workdir, source.config)
+    rec = json.loads(text)
+    return spec(rec["kind"], _join(source.workdir, rec["path"]),
+                bool(rec["lower_case"]))
+  data = source.config.get("data", {}) if source.config is not None else {}
+  lower = True
+  cfg_path = os.path.join(source.path, "tokenizer_config.json")
+  if os.path.isfile(cfg_path):
+    with open(cfg_path) as f:
+      lower = bool(json.load(f).get("do_lower_case", True))
+  lower = bool(data.get("lower_case", lower))
+  for name, kind in (("vocab.txt", "wordpiece"), ("spiece.model",
+                                                   "sentencepiece")):
+    if os.path.isfile(os.path.join(source.path, name)):
+      return spec(kind, os.path.join(source.path, name), lower)
+  raise FileNotFoundError(f"No vocab.txt or spiece.model in {source.path}.")
+
+
+def load_tokenizer(source: Source | str) -> tokenizer_files.LoadedTokenizer:
+  """A `tokenizers` tokenizer for the source (HF files when it has them)."""
+  source = _as_source(source)
+  if source.kind in (WORKDIR, STEP):
+    spec = tokenizer_spec(source)
+    return tokenizer_files.LoadedTokenizer(
+        tokenizer_files.build_hf_tokenizer(spec))
+  return tokenizer_files.load_hf_tokenizer(source.path)
+
+
+def _search_old_workdir(workdir: str, config) -> tokenizer_files.TokenizerSpec:
+  """Workdirs without a record: data.tokenizer_path, else the one the trainer
+  trained and cached under workdir/tokenizer/ (input_pipeline's
+  ``<type>-<size>-<cased|uncased>-<hash>/spm.model|vocab.txt``)."""
+  data = config.get("data", None) or {}
+  kind = data.get("tokenizer_type", "sentencepiece") or "sentencepiece"
+  lower = bool(data.get("lower_case", True))
+  path = data.get("tokenizer_path", "") or ""
+  spec = tokenizer_files.TokenizerSpec
+  if path:
+    if not os.path.isabs(path) and not os.path.exists(path):
+      path = os.path.join(workdir, path)
+    if os.path.isfile(path):
+      return spec(kind, path, lower)
+    raise FileNotFoundError(f"data.tokenizer_path={path!r} does not exist.")
+  pattern = "*.model" if kind == "sentencepiece" else "vocab.txt"
+  root = os.path.join(workdir, "tokenizer")
+  found = sorted(glob.glob(os.path.join(root, "**", pattern), recursive=True))
+  if len(found) > 1:  # Prefer the one this config would have trained.
+    name = (f"{kind}-{data.get('tokenizer_vocab_size', '')}-"
+            f"{'uncased' if lower else 'cased'}-")
+    matching = [f for f in found
+                if os.path.basename(os.path.dirname(f)).startswith(name)]
+    found = matching or found
+    if len(found) > 1:
+      found.sort(key=os.path.getmtime)
+      logging.warning("Several tokenizers under %s; using the newest, %s.",
+                      root, found[-1])
+  if not found:
+    raise FileNotFoundError(
+        f"No tokenizer: data.tokenizer_path is empty and {root} holds no "
+        f"{pattern}.")
+  return spec(kind, found[-1], lower)
