@@ -250,8 +250,9 @@ def complete(partial, size: str = "base") -> ml_collections.ConfigDict:
   ConfigDict, e.g. an older checkpoint's stored config). Groups or fields
   missing from `partial` take today's defaults."""
   config = get_config(size)
-  partial = partial.to_dict() if hasattr(partial, "to_dict") else partial
-  for group, fields in (partial or {}).items():
+  as_dict = lambda x: x.to_dict() if hasattr(x, "to_dict") else x
+  for group, fields in (as_dict(partial) or {}).items():
+    fields = as_dict(fields)
     if group in config and isinstance(fields, dict):
       for key, value in fields.items():
         config[group][key] = value

@@ -13,7 +13,7 @@ dimension equal to the batch's bucket length.
 
 * Training: endless; each epoch a seeded stateless permutation of the rows
   (no shuffle buffer: the checkpointed iterator state is small and a resumed
-  run continues the same stream, see ``input_pipeline.DataIterator``).
+  run continues the same stream, see ``data_iterator.DataIterator``).
 * Eval: every row exactly once in a fixed order; the last batch of each bucket
   is filled with rows of ``example_weights`` 0 and ``example_index`` -1;
   ``example_index`` is the row's position in :class:`task_sources.Rows`.
@@ -32,7 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from bert_jax import features
-from bert_jax import input_pipeline
+from bert_jax import data_iterator
 from bert_jax import task_sources
 from bert_jax import tokenizers
 
@@ -250,10 +250,10 @@ def _batches(order, rows, tok, seq_length, batch_size, buckets, process_index,
 
 
 def create_train_iterator(rows: task_sources.Rows, tok: tokenizers.Tokenizer,
-                          **kwargs) -> input_pipeline.DataIterator:
+                          **kwargs) -> data_iterator.DataIterator:
   """:func:`train_dataset` as numpy batches with ``save``/``restore``."""
   ds = train_dataset(rows, tok, **kwargs)
-  return input_pipeline.DataIterator(ds, kwargs.get("process_index", 0))
+  return data_iterator.DataIterator(ds, kwargs.get("process_index", 0))
 
 
 def eval_batches(rows: task_sources.Rows, tok: tokenizers.Tokenizer,

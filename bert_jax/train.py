@@ -538,9 +538,12 @@ class Trainer:
     return {k: float(v) for k, v in
             self.programs.objective.metrics(totals, totals, self.config).items()}
 
-  def _format(self, metrics: dict) -> str:
-    return "  ".join(f"{label} {metrics[key]:.4f}" for label, key in
-                     self.programs.objective.log_keys if key in metrics)
+  def _format(self, metrics: dict, everything: bool = False) -> str:
+    """The objective's log keys (or every metric, for a custom evaluate)."""
+    keys = ([(k, k) for k in metrics] if everything else
+            self.programs.objective.log_keys)
+    return "  ".join(f"{label} {metrics[key]:.4f}" for label, key in keys
+                     if key in metrics)
 
   def run(self) -> dict:
     config, train = self.config, self.config.train
@@ -596,7 +599,8 @@ class Trainer:
         eval_metrics = self.evaluate(state["params"], state.get("frozen"))
         extras = self.data.eval_extras()
         eval_metrics.update(extras)
-        logging.info("eval step %d  %s%s", done, self._format(eval_metrics),
+        logging.info("eval step %d  %s%s", done, self._format(
+            eval_metrics, everything=self._evaluate_fn is not None),
                      "".join(f"  ({k} {v:.4f})" for k, v in extras.items()))
         writer.write(done, "eval", eval_metrics)
         last_metrics = {**last_metrics,
