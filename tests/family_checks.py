@@ -88,8 +88,9 @@ def _train_losses(workdir) -> dict:
   return {r["step"]: r["loss"] for r in records if r["split"] == "train"}
 
 
-def resume_losses(tmp_path, config_file: str, *flags) -> tuple[dict, dict]:
-  """(straight run's step -> loss, resumed run's step -> loss)."""
+def resume_losses(tmp_path, config_file: str, *flags):
+  """(straight run's step -> loss, resumed run's step -> loss, the straight
+  run's workdir)."""
   from tests.conftest import TINY_OVERRIDES, child_env
   cmd = lambda w: [sys.executable, "-m", "bert_jax.main", "--config",
                    os.path.join(REPO, "configs", config_file), "--workdir",
@@ -109,7 +110,14 @@ def resume_losses(tmp_path, config_file: str, *flags) -> tuple[dict, dict]:
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-5000:]
   assert "Resumed from checkpoint step 4" in proc.stderr, proc.stderr[-3000:]
-  return _train_losses(a), _train_losses(b)
+  return _train_losses(a), _train_losses(b), a
+
+
+def export_workdir(workdir: str, out: str) -> None:
+  """tools/convert_to_hf.py on a workdir (the run's objective picks the family)."""
+  from tests.conftest import run_tool
+  proc = run_tool("convert_to_hf.py", "--workdir", workdir, "--output", out)
+  assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 if __name__ == "__main__":

@@ -255,10 +255,34 @@ def test_one_vs_eight_devices_same_losses(tmp_path):
   assert losses["single"][0] != losses["single"][2]
 
 
-def test_resume_continues_exactly(tmp_path):
-  straight, resumed = family_checks.resume_losses(
+def test_resume_continues_exactly_and_the_run_exports(tmp_path):
+  """Stop-and-rerun from the step-4 checkpoint (state + data position, not
+  kill -9: tests/test_resume.py covers that path for the shared trainer),
+  then tools/convert_to_hf.py on the run: AlbertForPreTraining in PyTorch
+  gives our logits, and fill_mask runs on the export."""
+  import torch
+  from transformers import AlbertForPreTraining
+
+  from bert_jax import fill_mask
+  straight, resumed, workdir = family_checks.resume_losses(
       tmp_path, "albert_base.py", "--config.model.num_hidden_layers=2",
       "--config.model.embedding_size=32", "--config.data.seq_length=32")
   assert sorted(resumed) == [5, 6, 7, 8]
   for step, loss in resumed.items():
     assert loss == straight[step], (step, loss, straight[step])
+  out = str(tmp_path / "hf")
+  family_checks.export_workdir(workdir, out)
+  source = pretrained.resolve(workdir)
+  mc = pretrained.load_model_config(source)
+  params, _ = pretrained.load_params(source, mc)
+  ours = mapping.make_model(params, mc, family="albert")
+  ids = np.random.RandomState(0).randint(5, 300, (2, 16))
+  mask, seg = np.ones_like(ids), np.zeros_like(ids)
+  want = np.asarray(ours(jnp.asarray(ids), jnp.asarray(mask),
+                         jnp.asarray(seg))["mlm_logits"])
+  with torch.no_grad():
+    got = AlbertForPreTraining.from_pretrained(out).eval()(
+        input_ids=torch.tensor(ids)).prediction_logits.numpy()
+  np.testing.assert_allclose(got, want, atol=1e-4)
+  result = fill_mask.fill_mask(out, "the [MASK] of the function .", top_k=2)
+  assert len(result) == 2 and result[0]["score"] >= result[1]["score"]

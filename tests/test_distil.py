@@ -165,11 +165,23 @@ def test_one_vs_eight_devices_same_losses(tmp_path):
   assert losses["single"][0] != losses["single"][2]
 
 
-def test_resume_continues_exactly(tmp_path):
-  straight, resumed = family_checks.resume_losses(
+def test_resume_continues_exactly_and_the_student_exports(tmp_path):
+  """Stop-and-rerun from the step-4 checkpoint (teacher in the state, data
+  position), then tools/convert_to_hf.py writes the student as
+  DistilBertForMaskedLM and fill_mask runs on it."""
+  from transformers import DistilBertForMaskedLM
+
+  from bert_jax import fill_mask
+  straight, resumed, workdir = family_checks.resume_losses(
       tmp_path, "distil_base.py", "--config.objective.teacher=random",
       "--config.objective.student_layers=1",
       "--config.model.num_hidden_layers=2")
   assert sorted(resumed) == [5, 6, 7, 8]
   for step, loss in resumed.items():
     assert loss == straight[step], (step, loss, straight[step])
+  out = str(tmp_path / "hf")
+  family_checks.export_workdir(workdir, out)
+  hf = DistilBertForMaskedLM.from_pretrained(out)
+  assert hf.config.n_layers == 1
+  result = fill_mask.fill_mask(out, "the [MASK] of the function .", top_k=2)
+  assert len(result) == 2

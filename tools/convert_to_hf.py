@@ -1,4 +1,8 @@
-"""Export a training checkpoint as a Hugging Face BertForPreTraining directory.
+"""Export a training checkpoint as a Hugging Face directory.
+
+BertForPreTraining for BERT runs; the run's objective picks another family
+(objective.name=albert: AlbertForPreTraining; distil: the student as
+DistilBertForMaskedLM).
 
   python tools/convert_to_hf.py --workdir DIR [--step N] --output OUT
 
@@ -22,6 +26,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bert_jax import config_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bert_jax import objectives  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bert_jax import pretrained  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bert_jax.hf import checkpoint_io  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -30,9 +36,16 @@ def convert(workdir: str, output: str, step: int | None = None) -> list[str]:
   source = pretrained.resolve(workdir, step)
   model_config = pretrained.load_model_config(source)
   params, _ = pretrained.load_params(source, model_config)
+  family, untrained = "bert", pretrained.untrained_heads(source.config)
+  if source.config is not None and "objective" in source.config:
+    objective = objectives.get(source.config.objective.name)
+    if objective.hf_export is not None:
+      family, model_config = objective.hf_export(
+          config_lib.complete(source.config))
+      untrained = ()
   return checkpoint_io.save_hf_model(
       output, params, model_config, tokenizer=pretrained.tokenizer_spec(source),
-      untrained_heads=pretrained.untrained_heads(source.config),
+      untrained_heads=untrained, family=family,
       source=f"{source.workdir or source.path} step {source.step}")
 
 

@@ -51,6 +51,10 @@ class Objective:
   # nested dicts of host arrays (e.g. load the teacher, copy its layers into
   # the student). Not called on resume: the checkpoint holds both.
   warm_start: Callable[..., Any] | None = None
+  # Optional Hugging Face export of the trained model: (config) -> (family
+  # name in bert_jax.hf.mapping, model config of the exported model).
+  # None: BERT's ("bert", config.model).
+  hf_export: Callable[..., Any] | None = None
 
 
 # name -> module defining OBJECTIVE; imported on first use.

@@ -25,9 +25,14 @@ def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
                            batch["next_sentence_labels"])}
 
 
+def hf_export(config):
+  return "albert", config.model
+
+
 OBJECTIVE = Objective(
     name="albert", make_model=make_model, feature_spec=bert.feature_spec,
     loss_sums=loss_sums, counts=bert.counts, loss=bert.loss,
     metrics=bert.metrics,
     log_keys=(("loss", "loss"), ("mlm_acc", "mlm_accuracy"),
-              ("sop_acc", "nsp_accuracy")))
+              ("sop_acc", "nsp_accuracy")),
+    hf_export=hf_export)

@@ -177,9 +177,14 @@ def export_student(out_dir: str, params, config, *, tokenizer=None) -> list:
                                      tokenizer=tokenizer, family="distilbert")
 
 
+def hf_export(config):
+  """The student, as DistilBertForMaskedLM."""
+  return "distilbert", student_config(config)
+
+
 OBJECTIVE = Objective(
     name="distil", make_model=make_model, feature_spec=feature_spec,
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
     log_keys=(("loss", "loss"), ("mlm_acc", "mlm_accuracy"),
               ("ce", "distill_ce"), ("kl", "teacher_kl"), ("cos", "cos_loss")),
-    make_frozen=make_teacher, warm_start=warm_start)
+    make_frozen=make_teacher, warm_start=warm_start, hf_export=hf_export)
