@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import time
 import uuid
 from typing import Any
@@ -52,6 +53,10 @@ CORRUPT_DIR = "checkpoints_corrupt"
 
 class CheckpointMismatchError(ValueError):
   """The checkpoint's tree does not fit this config's model/optimizer."""
+
+
+class CheckpointSaveError(OSError):
+  """A save failed (disk full, permissions): the message is one sentence."""
 
 
 # ------------------------------------------------------------------------------
@@ -244,6 +249,10 @@ class Checkpointer:
                        DATA: DataIteratorHandler(),
                        META: ocp.JsonCheckpointHandler()})
     self._closed = False
+    self._pending: int | None = None  # Step of an async save not yet checked.
+    self._failed = False
+    # Called before every save (workdir_lock: is the workdir still ours?).
+    self.guard = None
 
   # ---- Queries.
   def latest_step(self) -> int | None:
@@ -277,12 +286,56 @@ class Checkpointer:
           f"Refusing to checkpoint step {step}: non-finite values in "
           f"{', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}. The last "
           f"good checkpoint is step {self.latest_step()}.")
+    if self.guard is not None:
+      self.guard()
+    self.check_for_errors(wait=True)  # The previous save, before a new one.
     items = {STATE: ocp.args.StandardSave(state),
              META: ocp.args.JsonSave(meta or {})}
     if iterator is not None:
       items[DATA] = DataIteratorSave(iterator)
-    return self.manager.save(step, args=ocp.args.Composite(**items),
-                             force=force)
+    try:
+      saved = self.manager.save(step, args=ocp.args.Composite(**items),
+                                force=force)
+    except Exception as e:  # pylint: disable=broad-except
+      raise self._save_error(step, e) from e
+    if saved:
+      self._pending = step
+    return saved
+
+  def check_for_errors(self, wait: bool = False) -> None:
+    """Raise CheckpointSaveError if the last async save failed.
+
+    Cheap enough for every step: without `wait` it only looks whether the
+    background save has finished (no I/O, no device sync). Orbax keeps a
+    failure in its finalize thread until someone waits for it; without this
+    the run would train on until the next save interval.
+    """
+    if self._pending is None or self._closed:
+      return
+    if not wait and self.manager.is_saving_in_progress():
+      return
+    step, self._pending = self._pending, None
+    try:
+      self.manager.wait_until_finished()
+    except Exception as e:  # pylint: disable=broad-except
+      raise self._save_error(step, e) from e
+
+  def _save_error(self, step: int, error: Exception) -> CheckpointSaveError:
+    self._failed = True
+    cause = _first_line(_root(error), limit=2000)
+    # Tensorstore: '... Failed writing: "FILE": Failed to write N bytes to
+    # file 20: File too large [os_error_code=27]...' -> the file and reason.
+    m = re.search(r'Failed writing: "([^"]+)": (.*?)(?: \[|$)', cause)
+    cause = (f"cannot write {m.group(1)}: {m.group(2)}" if m else
+             f"{type(_root(error)).__name__}: {cause[:300]}")
+    older = [s for s in self.all_steps() if s < step]
+    kept = (f"older checkpoints (steps {older}) are intact" if older else
+            "no older checkpoint exists")
+    return CheckpointSaveError(
+        f"Saving checkpoint step {step} to {self._step_dir(step)} failed "
+        f"({cause}); {kept}. "
+        "Free space or fix the storage, then rerun the same command to "
+        "resume.")
 
   # ---- Restore.
   def restore(self, step: int, abstract_state, iterator=None, config=None):
@@ -361,10 +414,11 @@ class Checkpointer:
   def _quarantine(self, step: int, error: Exception) -> None:
     src = epath.Path(self._step_dir(step))
     dst = epath.Path(self.workdir) / CORRUPT_DIR / f"{step}-{int(time.time())}"
+    root = _root(error)  # TensorStore's own error, not Orbax's wrapper.
     logging.warning(
         "Checkpoint step %d in %s cannot be used (%s: %s); moving it to %s "
         "and trying the previous step.", step, self.directory,
-        type(error).__name__, _first_line(error), dst)
+        type(root).__name__, _first_line(root), dst)
     if jax.process_index() == 0:
       try:
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -378,12 +432,25 @@ class Checkpointer:
   def wait(self):
     """Block until in-flight async saves are committed."""
     if not self._closed:
+      self.check_for_errors(wait=True)
       self.manager.wait_until_finished()
 
   def close(self):
-    if not self._closed:
+    if self._closed:
+      return
+    self._closed = True
+    try:
       self.manager.close()
-      self._closed = True
+    except Exception:  # pylint: disable=broad-except
+      if not self._failed:  # Already reported as CheckpointSaveError.
+        raise
+
+
+def _root(error: BaseException) -> BaseException:
+  """The innermost cause (Orbax re-raises the writer's error in wrappers)."""
+  while error.__cause__ is not None and error.__cause__ is not error:
+    error = error.__cause__
+  return error
 
 
 def _first_line(error: Exception, limit: int = 300) -> str:
@@ -442,8 +509,12 @@ def _restore_params(step_dir: str, item, restore_args) -> Any:
 
 def _stored_state_tree(step_dir: str):
   """Shapes and dtypes of a step's ``state`` item, read from its metadata."""
-  with ocp.PyTreeCheckpointer() as ckptr:
-    md = ckptr.metadata(os.path.join(step_dir, STATE))
+  # The handler, not a PyTreeCheckpointer: a Checkpointer also looks for the
+  # step-level _CHECKPOINT_METADATA inside the item directory, where the
+  # CheckpointManager never writes it (it is one level up), and warns that it
+  # does not exist on every resume and every fill_mask.
+  md = ocp.PyTreeCheckpointHandler().metadata(
+      epath.Path(os.path.join(step_dir, STATE)))
   tree = md.item_metadata if hasattr(md, "item_metadata") else md
   tree = tree.tree if hasattr(tree, "tree") else tree
   if not tree:

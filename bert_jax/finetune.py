@@ -23,23 +23,22 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 import time
 
-from absl import app
 from absl import flags
 from absl import logging
 import jax
 import ml_collections
 import numpy as np
-from ml_collections import config_flags
 
+from bert_jax import cli
 from bert_jax import config_checks
 from bert_jax import config_lib
 from bert_jax import objectives
 from bert_jax import pretrained
 from bert_jax import task_metrics
 from bert_jax import task_sources
+from bert_jax import workdir_lock
 
 RESULTS_FILE = "results.json"
 SWEEP_FILE = "sweep.json"
@@ -124,6 +123,7 @@ class Evaluator:
   def __init__(self, spec, task_input: TaskInput, config):
     self.spec, self.input, self.config = spec, task_input, config
     self.scores: dict = {}  # {split: {metric: value}} of the last call.
+    self.examples: dict = {}  # {split: rows scored} (padding excluded).
     self._predict = None
 
   def _predict_fn(self, trainer):
@@ -162,6 +162,7 @@ class Evaluator:
       scores = task_metrics.task_scores(
           self.spec, y, task_metrics.predictions(out, self.spec), w)
       self.scores[split] = scores
+      self.examples[split] = int(round(float(w.sum())))
       prefix = "" if len(self.input.eval_splits) == 1 else f"{split}/"
       metrics.update({prefix + k: v for k, v in scores.items()})
       loss_sum, weight = _loss_sum(out, y, w, self.spec.regression)
@@ -209,7 +210,8 @@ def encoder_init(source, trainer, fresh_params):
                                     source=source.path)
 
 
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
+def run(config: ml_collections.ConfigDict, workdir: str, *,
+        take_over_workdir: bool = False) -> dict:
   """Fine-tune per `config` in `workdir` (resuming) and evaluate; returns
   the results written to workdir/results.json."""
   from bert_jax import tokenizers
@@ -227,42 +229,40 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   probe.train.num_steps = max(1, probe.train.num_steps)
   config_checks.validate(probe, jax.device_count(), jax.process_count(),
                          check_sources=False)
-  tf.io.gfile.makedirs(workdir)
-  spec, train_rows, eval_rows = read_task(config, workdir)
-  config = resolve_config(config, source, spec, len(train_rows))
-  config_checks.validate(config, jax.device_count(), jax.process_count(),
-                         check_sources=False)
-  tok = tokenizers.load(tok_spec.path, tok_spec.kind, tok_spec.lower_case)
-  config_checks.check_tokenizer(config, tok)
-  logging.info("Task %s: %d train rows, eval %s; %d steps of batch %d.",
-               spec.name, len(train_rows),
-               {k: len(v) for k, v in eval_rows.items()},
-               config.train.num_steps, config.train.batch_size)
-  task_input = TaskInput(config, tok, train_rows, eval_rows)
-  evaluator = Evaluator(spec, task_input, config)
-  trainer = train.Trainer(
-      config, workdir, data=task_input,
-      objective=objectives.get("classify"), evaluate=evaluator,
-      init_params=lambda t, fresh: encoder_init(source, t, fresh))
-  start = time.time()
-  try:
-    metrics = trainer.run()
-  finally:
-    trainer.shutdown()
-  if not evaluator.scores:  # Resumed after the end: evaluate once more.
-    evaluator(trainer, trainer.final_state["params"])
-  results = dict(
-      task=spec.name, init_from=source.path, init_step=source.step,
-      step=int(config.train.num_steps), seconds=time.time() - start,
-      learning_rate=config.train.learning_rate, seed=config.train.seed,
-      label_names=list(spec.label_names), scores=evaluator.scores,
-      main_score=task_metrics.main_score(
-          {f"{s}/{k}": v for s, d in evaluator.scores.items()
-           for k, v in d.items()}),
-      train_loss=metrics.get("loss"))
-  if jax.process_index() == 0:
-    with tf.io.gfile.GFile(os.path.join(workdir, RESULTS_FILE), "w") as f:
-      json.dump(results, f, indent=1)
+  with workdir_lock.hold(workdir, take_over=take_over_workdir) as lock:
+    spec, train_rows, eval_rows = read_task(config, workdir)
+    config = resolve_config(config, source, spec, len(train_rows))
+    config_checks.validate(config, jax.device_count(), jax.process_count(),
+                           check_sources=False)
+    tok = tokenizers.load(tok_spec.path, tok_spec.kind, tok_spec.lower_case)
+    config_checks.check_tokenizer(config, tok)
+    logging.info("Task %s: %d train rows, eval %s; %d steps of batch %d.",
+                 spec.name, len(train_rows),
+                 {k: len(v) for k, v in eval_rows.items()},
+                 config.train.num_steps, config.train.batch_size)
+    task_input = TaskInput(config, tok, train_rows, eval_rows)
+    evaluator = Evaluator(spec, task_input, config)
+    trainer = train.Trainer(
+        config, workdir, data=task_input,
+        objective=objectives.get("classify"), evaluate=evaluator,
+        init_params=lambda t, fresh: encoder_init(source, t, fresh))
+    start = time.time()
+    metrics = train.run_trainer(trainer, lock)
+    if not evaluator.scores:  # Resumed after the end: evaluate once more.
+      evaluator(trainer, trainer.final_state["params"])
+    results = dict(
+        task=spec.name, init_from=source.path, init_step=source.step,
+        step=int(config.train.num_steps), seconds=time.time() - start,
+        learning_rate=config.train.learning_rate, seed=config.train.seed,
+        label_names=list(spec.label_names), scores=evaluator.scores,
+        eval_examples=evaluator.examples,
+        main_score=task_metrics.main_score(
+            {f"{s}/{k}": v for s, d in evaluator.scores.items()
+             for k, v in d.items()}),
+        train_loss=metrics.get("loss"))
+    if jax.process_index() == 0:
+      with tf.io.gfile.GFile(os.path.join(workdir, RESULTS_FILE), "w") as f:
+        json.dump(results, f, indent=1)
   print(task_metrics.format_table({spec.name: evaluator.scores}))
   return results
 
@@ -305,29 +305,24 @@ def sweep(config, workdir: str, learning_rates, seeds) -> dict:
 # ==============================================================================
 # Command line.
 # ==============================================================================
-config_flags.DEFINE_config_file("config", None, "configs/finetune.py",
-                                lock_config=True)
-flags.DEFINE_string("workdir", None, "Output directory (resumed if present).")
 flags.DEFINE_list("sweep_learning_rates", [], "e.g. 2e-5,3e-5,5e-5")
 flags.DEFINE_list("sweep_seeds", [], "e.g. 0,1,2")
-FLAGS = flags.FLAGS
+FLAGS = cli.FLAGS
 
 
 def main(argv):
   del argv
-  try:
-    if FLAGS.sweep_learning_rates or FLAGS.sweep_seeds:
-      lrs = [float(x) for x in FLAGS.sweep_learning_rates] or [
-          FLAGS.config.train.learning_rate]
-      seeds = [int(x) for x in FLAGS.sweep_seeds] or [FLAGS.config.train.seed]
-      sweep(FLAGS.config, FLAGS.workdir, lrs, seeds)
-    else:
-      run(FLAGS.config, FLAGS.workdir)
-  except (ValueError, FileNotFoundError, FloatingPointError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(1)
+  cli.setup()
+  config, workdir = FLAGS.config, FLAGS.workdir
+  if FLAGS.sweep_learning_rates or FLAGS.sweep_seeds:
+    lrs = [float(x) for x in FLAGS.sweep_learning_rates] or [
+        config.train.learning_rate]
+    seeds = [int(x) for x in FLAGS.sweep_seeds] or [config.train.seed]
+    cli.call(lambda: sweep(config, workdir, lrs, seeds))
+  else:
+    cli.call(lambda: run(config, workdir,
+                         take_over_workdir=FLAGS.take_over_workdir))
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["config", "workdir"])
-  app.run(main)
+  cli.run(main)

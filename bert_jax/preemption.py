@@ -1,9 +1,11 @@
 """Stopping a run safely: preemption notices and the non-finite policy.
 
 ``PreemptionWatcher``: a Cloud TPU VM (and most schedulers) sends SIGTERM
-some seconds before it takes the machine. The loop asks ``reached(step)``
-after every step; when it says True the loop commits a checkpoint of that
-step and exits 0, and the same command resumes. With one process we catch
+some seconds before it takes the machine, and a user at a terminal presses
+Ctrl-C (SIGINT). The loop asks ``reached(step)`` after every step; when it
+says True the loop commits a checkpoint of that step and exits 0, and the
+same command resumes. A second Ctrl-C stops at once (KeyboardInterrupt),
+keeping the previous checkpoint. With one process we catch
 SIGTERM ourselves; with several we use JAX's preemption sync point
 (``multihost_utils.reached_preemption_sync_point``), which lets every host
 agree on the same step to save at (``jax.distributed.initialize`` installs
@@ -31,7 +33,7 @@ POLICIES = ("skip", "stop")
 class PreemptionWatcher:
   """Tells the loop when to save and exit because the machine is going away."""
 
-  def __init__(self, signals=(signal.SIGTERM,)):
+  def __init__(self, signals=(signal.SIGTERM, signal.SIGINT)):
     self.requested = False
     self._previous = {}
     self._multihost = jax.process_count() > 1
@@ -46,6 +48,8 @@ class PreemptionWatcher:
 
   def _on_signal(self, signum, frame):
     del frame
+    if self.requested and signum == signal.SIGINT:
+      raise KeyboardInterrupt  # Second Ctrl-C: the user does not want to wait.
     self.requested = True
     logging.warning("Received %s: finishing the current step, then saving a "
                     "checkpoint and exiting.", signal.Signals(signum).name)

@@ -573,6 +573,7 @@ class Trainer:
       batch = sharding.global_batch(next(self.train_iter), self.batch_sharding)
       state, metrics = self._train_step_for(batch)(state, batch)
       done = step + 1
+      self.checkpointer.check_for_errors()  # A failed async save stops here.
       self._nonfinite.observe(done, metrics["finite"])
       is_last = done == train.num_steps
       if done % train.log_every == 0 or is_last:
@@ -635,15 +636,23 @@ class Trainer:
       self._preemption.close()
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Train per `config` in `workdir`, resuming from its latest checkpoint."""
-  # Every check, before the workdir, corpus or tokenizer is written.
-  config_checks.validate(config, jax.device_count(), jax.process_count())
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  tf.io.gfile.makedirs(workdir)  # Local or gs://.
-  checkpointing.check_workdir_shared(workdir)  # Multi-host: one storage.
-  trainer = Trainer(config, workdir)
+def run_trainer(trainer: Trainer, lock) -> dict:
+  """Run `trainer` under the workdir `lock` (checked before every save)."""
+  trainer.checkpointer.guard = lock.verify
   try:
     return trainer.run()
   finally:
     trainer.shutdown()
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
+                       take_over_workdir: bool = False) -> dict:
+  """Train per `config` in `workdir`, resuming from its latest checkpoint.
+
+  Every check runs before anything is written; then the run takes the
+  workdir (`workdir_lock`: a second run on it is refused before it writes).
+  """
+  from bert_jax import workdir_lock  # pylint: disable=g-import-not-at-top
+  config_checks.validate(config, jax.device_count(), jax.process_count())
+  with workdir_lock.hold(workdir, take_over=take_over_workdir) as lock:
+    return run_trainer(Trainer(config, workdir), lock)

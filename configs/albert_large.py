@@ -6,8 +6,8 @@ Run:
   python -m bert_jax.main --config configs/albert_large.py --workdir /tmp/albert_l
 """
 
-from configs import albert_base
+from bert_jax.objectives import albert
 
 
 def get_config():
-  return albert_base.albert_config(layers=24, hidden=1024, heads=16, ffn=4096)
+  return albert.published_config(layers=24, hidden=1024, heads=16, ffn=4096)

@@ -24,10 +24,9 @@ STEPS = 3
 
 
 def family_config(family: str, data=1, fsdp=1, tensor=1):
-  """tests.sharded_fixtures' tiny config (dropout off) for `family`."""
-  sys.path.insert(0, REPO)
-  from tests.sharded_fixtures import tiny_config
-  c = tiny_config(data, fsdp, tensor)
+  """tests.helpers' sharded config (dropout off) for `family`."""
+  from tests import helpers
+  c = helpers.sharded_config(data, fsdp, tensor)
   if family == "albert":
     c.objective.name = "albert"
     c.model.update(embedding_size=32, num_hidden_layers=3,
@@ -42,11 +41,21 @@ def family_config(family: str, data=1, fsdp=1, tensor=1):
   return c
 
 
+def load_config(name: str):
+  """configs/<name>.py's get_config(), loaded by path like --config does."""
+  import importlib.util
+  spec = importlib.util.spec_from_file_location(
+      f"configs_{name}", os.path.join(REPO, "configs", f"{name}.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
 def _child(family: str, out_path: str) -> None:
   import jax
   import numpy as np
   from bert_jax import sharding, train
-  from tests.sharded_fixtures import synthetic_batch
+  from tests.helpers import synthetic_batch
   assert jax.device_count() == 8, jax.devices()
   out = {}
   for name, shape in MESHES.items():
@@ -69,10 +78,8 @@ def _child(family: str, out_path: str) -> None:
 
 def mesh_losses(family: str, tmp_path) -> dict:
   out = os.path.join(str(tmp_path), f"{family}_mesh.json")
-  env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2",
-             XLA_FLAGS="--xla_force_host_platform_device_count=8 "
-             "--xla_backend_optimization_level=0",
-             PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  from tests import helpers
+  env = helpers.child_env(devices=8)
   proc = subprocess.run([sys.executable, os.path.abspath(__file__), family,
                          out], env=env, cwd=REPO, capture_output=True,
                         text=True, timeout=900)
@@ -91,7 +98,7 @@ def _train_losses(workdir) -> dict:
 def resume_losses(tmp_path, config_file: str, *flags):
   """(straight run's step -> loss, resumed run's step -> loss, the straight
   run's workdir)."""
-  from tests.conftest import TINY_OVERRIDES, child_env
+  from tests.helpers import TINY_OVERRIDES, child_env
   cmd = lambda w: [sys.executable, "-m", "bert_jax.main", "--config",
                    os.path.join(REPO, "configs", config_file), "--workdir",
                    w, *TINY_OVERRIDES, "--config.train.num_steps=8",
@@ -115,7 +122,7 @@ def resume_losses(tmp_path, config_file: str, *flags):
 
 def export_workdir(workdir: str, out: str) -> None:
   """tools/convert_to_hf.py on a workdir (the run's objective picks the family)."""
-  from tests.conftest import run_tool
+  from tests.helpers import run_tool
   proc = run_tool("convert_to_hf.py", "--workdir", workdir, "--output", out)
   assert proc.returncode == 0, proc.stderr[-3000:]
 

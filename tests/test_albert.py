@@ -18,14 +18,13 @@ from bert_jax import model as model_lib
 from bert_jax import objectives
 from bert_jax import train
 from tests import family_checks
-from tests.sharded_fixtures import synthetic_batch
+from tests.helpers import synthetic_batch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _load_config(name):
-  import importlib
-  return importlib.import_module(f"configs.{name}").get_config()
+  return family_checks.load_config(name)
 
 
 def tiny_albert(**kw):

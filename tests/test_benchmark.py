@@ -2,7 +2,6 @@
 
 import json
 import os
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -10,27 +9,20 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bert_jax import config_lib
 from bert_jax import model as model_lib
 from bert_jax import sharding
 from bert_jax import train
-from tests.conftest import run_tool
+from tests import helpers
+from tests.helpers import REPO, run_tool
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "tools"))
-import benchmark  # noqa: E402
+benchmark = helpers.import_tool("benchmark")
 
 
 def tiny_config(**model):
-  config = config_lib.get_config("tiny")
-  config.model.update(vocab_size=256, hidden_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, intermediate_size=128,
-                      max_position_embeddings=64, **model)
-  config.data.seq_length = 32
-  config.data.max_predictions_per_seq = 5
-  config.train.batch_size = 8
-  config.train.warmup_steps = 1
-  return config
+  """The shared tiny config at this file's sizes (batch 8, FFN 128)."""
+  return helpers.tiny_config(
+      model=dict(vocab_size=256, intermediate_size=128) | model,
+      train=dict(batch_size=8, warmup_steps=1, learning_rate=1e-4))
 
 
 def forward_and_grad(model_config, batch, dropout=False):

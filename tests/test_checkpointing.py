@@ -11,7 +11,6 @@ import logging
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
@@ -21,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, tiny_config
+from tests.helpers import REPO, child_env, free_port, tiny_config
 
 from bert_jax import checkpointing
 from bert_jax import preemption
@@ -160,7 +159,6 @@ def test_keeps_last_n_plus_every_keep_period_step(tmp_path):
 _MESH_SCRIPT = textwrap.dedent("""
     import json, sys
     import jax, numpy as np
-    sys.path.insert(0, {repo!r})
     from tests.test_checkpointing import small_config, random_state, host
     from bert_jax import checkpointing, sharding, train
     mode, root = sys.argv[1], sys.argv[2]
@@ -172,23 +170,23 @@ _MESH_SCRIPT = textwrap.dedent("""
       config.mesh.update(layout)
       mesh = sharding.make_mesh(config.mesh, devices)
       return config, train.Programs(config, mesh)
-    out = {{}}
+    out = {}
     for name, layout in layouts.items():
-      workdir = f"{{root}}/{{name}}"
+      workdir = f"{root}/{name}"
       if mode == "save":
         assert jax.device_count() == 8
         config, p = programs(layout, jax.devices())
         state = random_state(p.abstract_state, seed=len(name))
         flat = checkpointing._flat(host(state))
-        np.savez(f"{{root}}/{{name}}.npz", **flat)
+        np.savez(f"{root}/{name}.npz", **flat)
         ckpt = checkpointing.Checkpointer(workdir, config.checkpoint)
         ckpt.save(3, state, meta=dict(config=config.to_dict()))
         ckpt.wait(); ckpt.close()
-        out[name] = sorted({{str(a.sharding.shard_shape(a.shape)) for a in
-                            jax.tree.leaves(state["params"])}})
+        out[name] = sorted({str(a.sharding.shard_shape(a.shape)) for a in
+                            jax.tree.leaves(state["params"])})
       else:
         assert jax.device_count() == 2
-        ref = np.load(f"{{root}}/{{name}}.npz")
+        ref = np.load(f"{root}/{name}.npz")
         for devices, target in ((jax.devices(), dict(data=1, fsdp=-1,
                                                        tensor=1)),
                                 (jax.devices()[:1], dict(data=-1))):
@@ -208,10 +206,9 @@ _MESH_SCRIPT = textwrap.dedent("""
 
 
 def _run_devices(n, *args):
-  env = dict(os.environ, JAX_PLATFORMS="cpu",
-             XLA_FLAGS=f"--xla_force_host_platform_device_count={n}")
+  env = child_env(n)
   r = subprocess.run(
-      [sys.executable, "-c", _MESH_SCRIPT.format(repo=REPO), *args],
+      [sys.executable, "-c", _MESH_SCRIPT, *args],
       cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
   assert r.returncode == 0, r.stderr[-3000:]
   line = [l for l in r.stdout.splitlines() if l.startswith("RESULT")][-1]
@@ -410,9 +407,8 @@ def test_nonfinite_policies():
 _SHARED_SCRIPT = textwrap.dedent("""
     import sys
     import jax
-    sys.path.insert(0, {repo!r})
     port, pid, workdir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    jax.distributed.initialize(f"127.0.0.1:{{port}}", num_processes=2,
+    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2,
                                process_id=pid)
     from bert_jax import checkpointing, preemption
     try:
@@ -435,18 +431,12 @@ _SHARED_SCRIPT = textwrap.dedent("""
 """)
 
 
-def _free_port():
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 def _start_pair(workdirs):
-  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env = child_env()
   env.pop("XLA_FLAGS", None)
-  port = str(_free_port())
+  port = str(free_port())
   return [subprocess.Popen(
-      [sys.executable, "-c", _SHARED_SCRIPT.format(repo=REPO), port, str(i),
+      [sys.executable, "-c", _SHARED_SCRIPT, port, str(i),
        str(w)], cwd=REPO, env=env, stdout=subprocess.PIPE,
       stderr=subprocess.PIPE, text=True) for i, w in enumerate(workdirs)]
 

@@ -18,12 +18,11 @@ from bert_jax import train
 from bert_jax.objectives import distil
 from tests import family_checks
 from tests import tiny_models
-from tests.sharded_fixtures import synthetic_batch
+from tests.helpers import synthetic_batch
 
 
 def _load_config(name):
-  import importlib
-  return importlib.import_module(f"configs.{name}").get_config()
+  return family_checks.load_config(name)
 
 
 def test_student_of_base_has_hugging_face_size_and_layout():

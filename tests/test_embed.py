@@ -10,7 +10,7 @@ import pytest
 from bert_jax import embed
 from bert_jax.hf import mapping
 from tests import tiny_models
-from tests.conftest import REPO, child_env
+from tests.helpers import REPO, child_env
 
 SENTENCES = [
     "We walked along the river bank.",

@@ -20,9 +20,10 @@ from bert_jax import pretrained
 from bert_jax.hf import checkpoint_io
 from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
-from tests.conftest import child_env
+from tests import helpers
+from tests.helpers import REPO as ROOT
+from tests.helpers import child_env
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = child_env(TRANSFORMERS_OFFLINE="1")
 
 SENTENCES = [
@@ -42,11 +43,9 @@ ALLOWED_UNEXPECTED_MLM = {"bert.pooler.dense.weight", "bert.pooler.dense.bias",
 
 
 def tiny_model_config(**overrides):
-  c = config_lib.model_config("tiny")
-  c.update(vocab_size=300, hidden_size=64, num_attention_heads=2,
-           intermediate_size=128, max_position_embeddings=64)
-  c.update(overrides)
-  return c
+  """The shared tiny model at this file's sizes (vocab 300, 2 heads)."""
+  model = dict(vocab_size=300, num_attention_heads=2, intermediate_size=128)
+  return helpers.tiny_config(model=model | overrides).model
 
 
 def random_params(model_config, seed=0):
@@ -142,6 +141,7 @@ def test_bf16_params_and_compute_dtype_export_float32(tmp_path):
 
 
 def test_untrained_heads_are_flagged(tmp_path, caplog):
+  convert_to_hf = helpers.import_tool("convert_to_hf")
   cfg = config_lib.get_config("tiny")
   assert pretrained.nsp_trained(cfg)
   cfg.data.nsp = False
@@ -261,8 +261,9 @@ def trained(tmp_path_factory):
        "--config.checkpoint.save_every_steps=3"])
   # Export in a process that must not import TensorFlow or torch.
   run(["-c", "import sys; sys.argv = ['convert_to_hf', '--workdir', "
-       f"{workdir!r}, '--output', {out!r}]; sys.path.insert(0, 'tools');"
-       "import convert_to_hf; convert_to_hf.main(sys.argv[1:]);"
+       f"{workdir!r}, '--output', {out!r}];"
+       "from tests.helpers import import_tool;"
+       "import_tool('convert_to_hf').main(sys.argv[1:]);"
        "bad = [m for m in ('tensorflow', 'torch') if m in sys.modules];"
        "assert not bad, bad"])
   from bert_jax import checkpointing

@@ -472,7 +472,7 @@ def test_chunking_matches_sequential_greedy():
 
 
 def test_inspect_data_tool_saves_npz(uniq, tmp_path):
-  from tests.conftest import REPO, run_tool
+  from tests.helpers import REPO, run_tool
   out = str(tmp_path / "b.npz")
   r = run_tool(
       "inspect_data.py",

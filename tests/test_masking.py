@@ -1,7 +1,5 @@
 """In-graph MLM masking: statistics over >= 100k tokens with fixed seeds."""
 
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -11,9 +9,9 @@ from bert_jax import demo_corpus
 from bert_jax import masking
 from bert_jax import tokenizers
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "tools"))
-import bench_input  # noqa: E402  (the numpy masking baseline lives there)
+from tests import helpers
+
+bench_input = helpers.import_tool("bench_input")  # The numpy baseline.
 
 T, P = 64, 12
 

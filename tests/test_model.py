@@ -8,17 +8,12 @@ from flax import nnx
 
 from bert_jax import config_lib
 from bert_jax import model as model_lib
+from tests import helpers
 
 
 def tiny_config(**overrides):
-  c = config_lib.model_config("tiny")
-  c.vocab_size = 211
-  c.hidden_size = 64
-  c.num_attention_heads = 4
-  c.intermediate_size = 256
-  c.max_position_embeddings = 64
-  c.update(overrides)
-  return c
+  """The shared tiny model config with vocab 211 (odd: catches padding)."""
+  return helpers.tiny_config(model=dict(vocab_size=211) | overrides).model
 
 
 def count(config):

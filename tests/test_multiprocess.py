@@ -13,31 +13,26 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from tests.sharded_fixtures import BATCH
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import helpers
+from tests.helpers import BATCH, REPO, TINY_OVERRIDES, free_port
 TOL = 1e-5
 STEPS = 3
 
 
 def tiny_config(**mesh):
-  from tests import sharded_fixtures
-  c = sharded_fixtures.tiny_config(num_steps=STEPS)
+  c = helpers.sharded_config(num_steps=STEPS, mesh=mesh)
   c.checkpoint.update(save_every_steps=STEPS, max_to_keep=1)
-  c.mesh.update(mesh)
   return c
 
 
 def synthetic_batch(step: int) -> dict:
-  from tests import sharded_fixtures
-  return sharded_fixtures.synthetic_batch(step, seed=2000)
+  return helpers.synthetic_batch(2000 + step)
 
 
 def local_rows(batch_sharding, global_batch_size: int) -> np.ndarray:
@@ -93,22 +88,6 @@ def worker(process_id: int, num_processes: int, port: int, workdir: str,
     jax.distributed.shutdown()
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
-def _env(local_devices: int) -> dict:
-  env = dict(os.environ)
-  env.update(
-      XLA_FLAGS=f"--xla_force_host_platform_device_count={local_devices} "
-      "--xla_backend_optimization_level=0",  # Faster compiles, tiny steps.
-      JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2",
-      PYTHONPATH=REPO + os.pathsep + env.get("PYTHONPATH", ""))
-  return env
-
-
 def _wait_all(procs, timeout: int) -> list[str]:
   """Output of each process; all must exit 0 (none is left running)."""
   logs = []
@@ -125,11 +104,11 @@ def _wait_all(procs, timeout: int) -> list[str]:
 
 
 def _launch(num_processes: int, workdir: str, out: str, timeout=600):
-  port = _free_port()
+  port = free_port()
   procs = [subprocess.Popen(
       [sys.executable, os.path.abspath(__file__), "worker", str(i),
        str(num_processes), str(port), workdir, out],
-      env=_env(8 // num_processes), cwd=REPO, stdout=subprocess.PIPE,
+      env=helpers.child_env(8 // num_processes), cwd=REPO, stdout=subprocess.PIPE,
       stderr=subprocess.STDOUT, text=True) for i in range(num_processes)]
   _wait_all(procs, timeout)
   results = []
@@ -179,8 +158,7 @@ def test_checkpoint_written_together_equals_single_process(runs):
 def test_main_cli_trains_with_two_processes(tmp_path):
   """The user's command: `python -m bert_jax.main` with the coordinator
   flags, on 2 processes x 4 devices, real per-host input pipelines."""
-  from tests.conftest import TINY_OVERRIDES
-  port, workdir = _free_port(), str(tmp_path / "w")
+  port, workdir = free_port(), str(tmp_path / "w")
   cmd = [sys.executable, "-m", "bert_jax.main", "--config",
          os.path.join(REPO, "configs", "tiny.py"), "--workdir", workdir,
          *TINY_OVERRIDES, "--config.train.num_steps=4",
@@ -188,7 +166,7 @@ def test_main_cli_trains_with_two_processes(tmp_path):
          "--config.mesh.data=2", "--config.mesh.fsdp=2",
          "--config.mesh.tensor=2", f"--coordinator_address=127.0.0.1:{port}",
          "--num_processes=2"]
-  procs = [subprocess.Popen(cmd + [f"--process_id={i}"], env=_env(4),
+  procs = [subprocess.Popen(cmd + [f"--process_id={i}"], env=helpers.child_env(4),
                             cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
            for i in range(2)]

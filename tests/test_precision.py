@@ -18,48 +18,29 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bert_jax import config_lib
 from bert_jax import model as model_lib
 from bert_jax import sharding
 from bert_jax import objectives
 from bert_jax import train
+from tests import helpers
 
 LOSS_RTOL = 1e-2
 GRAD_COSINE = 0.99
-BATCH, SEQ, PREDS, VOCAB = 8, 32, 5, 256
+BATCH = 8  # Seq 32, 5 predictions, vocab 256: helpers.sharded_config.
 
 
 def tiny_config(dtype="float32", attention_impl=None
                 ) -> ml_collections.ConfigDict:
-  c = config_lib.get_config("tiny")
-  c.model.update(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2,
-                 num_attention_heads=4, intermediate_size=256,
-                 max_position_embeddings=64, hidden_dropout_prob=0.0,
-                 attention_probs_dropout_prob=0.0, dtype=dtype)
+  """The multi-device tests' config at batch 8 in `dtype`."""
+  model = dict(dtype=dtype)
   if attention_impl is not None:
-    c.model.attention_impl = attention_impl
-  c.data.seq_length = SEQ
-  c.data.max_predictions_per_seq = PREDS
-  c.train.update(batch_size=BATCH, num_steps=10, warmup_steps=1,
-                 learning_rate=1e-3)
-  c.mesh.update(data=1, fsdp=1, tensor=1)
-  return c
+    model.update(attention_impl=attention_impl)
+  return helpers.sharded_config(model=model, train=dict(batch_size=BATCH))
 
 
 def batch(seed=0, fully_padded_rows=()):
-  r = np.random.RandomState(seed)
-  lengths = r.randint(SEQ // 2, SEQ + 1, size=BATCH)
-  lengths[list(fully_padded_rows)] = 0
-  mask = (np.arange(SEQ)[None] < lengths[:, None]).astype(np.int32)
-  return dict(
-      input_ids=r.randint(5, VOCAB, (BATCH, SEQ)).astype(np.int32) * mask,
-      input_mask=mask,
-      segment_ids=np.zeros((BATCH, SEQ), np.int32),
-      masked_lm_positions=r.randint(1, SEQ // 2, (BATCH, PREDS)).astype(
-          np.int32),
-      masked_lm_ids=r.randint(5, VOCAB, (BATCH, PREDS)).astype(np.int32),
-      masked_lm_weights=(r.rand(BATCH, PREDS) > 0.3).astype(np.float32),
-      next_sentence_labels=r.randint(0, 2, (BATCH,)).astype(np.int32))
+  return helpers.synthetic_batch(seed, batch=BATCH, two_segments=False,
+                                 fully_padded_rows=fully_padded_rows)
 
 
 @functools.lru_cache(maxsize=1)

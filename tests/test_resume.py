@@ -20,7 +20,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, TINY_OVERRIDES
+from tests.helpers import REPO, TINY_OVERRIDES, child_env
 
 NUM_STEPS = 100
 SAVE_EVERY = 10
@@ -38,9 +38,8 @@ FLAGS = (*TINY_OVERRIDES,
 _NAN_DRIVER = """
 import os, sys
 import numpy as np
-sys.path.insert(0, {repo!r})
 from bert_jax import input_pipeline
-NAN_AT = {{int(s) for s in os.environ["NAN_AT"].split(",")}}
+NAN_AT = {int(s) for s in os.environ["NAN_AT"].split(",")}
 _create = input_pipeline.create_train_iterator
 
 class Poisoned:
@@ -73,10 +72,9 @@ app.run(main.main)
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
   cache = tmp_path_factory.mktemp("jax_cache")
-  e = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2",
-           JAX_COMPILATION_CACHE_DIR=str(cache),
-           JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-           JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+  e = child_env(JAX_COMPILATION_CACHE_DIR=str(cache),
+                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
   e.pop("XLA_FLAGS", None)  # One device, like the reference.
   return e
 
@@ -251,7 +249,7 @@ def test_nan_steps_are_skipped_then_stop_after_k_in_a_row(tmp_path, env,
   workdir = str(tmp_path / "run")
   _seed_workdir(ref_dir, workdir)
   driver = tmp_path / "nan_driver.py"
-  driver.write_text(_NAN_DRIVER.format(repo=REPO))
+  driver.write_text(_NAN_DRIVER)
   proc = _start(workdir, env, "--config.train.nonfinite_policy=skip",
                 "--config.train.max_nonfinite_in_a_row=3", driver=driver,
                 extra_env={"NAN_AT": "7,22,23,24"})

@@ -19,9 +19,10 @@ import sys
 import numpy as np
 import pytest
 
-from tests.sharded_fixtures import synthetic_batch, tiny_config
+from tests import helpers
+from tests.helpers import REPO, sharded_config
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SEED = 1000  # Step i trains on helpers.synthetic_batch(SEED + i).
 TOL = 1e-5
 STEPS = 3
 # name -> ((data, fsdp, tensor), grad_accum_steps). "single" runs on 1 device.
@@ -80,7 +81,7 @@ def child_main(out_path: str) -> None:
   assert jax.device_count() == 8, jax.devices()
   out = {}
   for name, (shape, accum) in RUNS.items():
-    config = tiny_config(*shape, accum=accum)
+    config = sharded_config(*shape, accum=accum)
     devices = jax.devices()[:int(np.prod(shape))]
     mesh = sharding.make_mesh(config.mesh, devices)
     programs = train.Programs(config, mesh)
@@ -95,13 +96,13 @@ def child_main(out_path: str) -> None:
       if accum == 1:
         g = grads_program(programs)(
             state["params"],
-            sharding.global_batch(synthetic_batch(0),
+            sharding.global_batch(helpers.synthetic_batch(SEED),
                                   programs.batch_sharding))
         for k, v in _flat(g).items():
           out[f"{name}/grads/{k}"] = v
       losses, norms = [], []
       for step in range(STEPS):
-        batch = sharding.global_batch(synthetic_batch(step),
+        batch = sharding.global_batch(helpers.synthetic_batch(SEED + step),
                                       programs.batch_sharding)
         state, metrics = programs.train_step(state, batch)
         losses.append(float(metrics["loss"]))
@@ -121,14 +122,7 @@ def _flat_shardings(tree) -> dict:
 
 def run_child(args: list[str], devices: int = 8, timeout: int = 600,
               extra_env: dict | None = None) -> subprocess.CompletedProcess:
-  env = dict(os.environ)
-  # Backend optimization level 0 halves XLA:CPU compile time; the steps
-  # here are tiny, and every run compared is compiled the same way.
-  env.update(XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} "
-             "--xla_backend_optimization_level=0",
-             JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2",
-             PYTHONPATH=REPO + os.pathsep + env.get("PYTHONPATH", ""))
-  env.update(extra_env or {})
+  env = helpers.child_env(devices, **(extra_env or {}))
   proc = subprocess.run([sys.executable, os.path.abspath(__file__)] + args,
                         env=env, cwd=REPO, capture_output=True, text=True,
                         timeout=timeout)
@@ -273,25 +267,21 @@ def test_mesh_shape_errors_name_the_field(kw, match):
 
 def test_validate_config_rejects_heads_not_divisible_by_tensor():
   from bert_jax import config_checks
-  config = tiny_config(data=1, tensor=8)  # 4 heads over 8 tensor shards.
+  config = sharded_config(data=1, tensor=8)  # 4 heads over 8 tensor shards.
   with pytest.raises(ValueError, match="num_attention_heads=4 .*mesh.tensor=8"):
     config_checks.validate(config, 8)
 
 
 def test_validate_config_rejects_batch_not_divisible_by_dp_times_accum():
   from bert_jax import config_checks
-  config = tiny_config(data=8, accum=4)  # 16 rows over 8 replicas x 4 micro.
+  config = sharded_config(data=8, accum=4)  # 16 rows over 8 replicas x 4 micro.
   with pytest.raises(ValueError, match="batch_size=16"):
     config_checks.validate(config, 8)
 
 
 def test_tpu_compile_check_table_format():
   """The tool's table (the TPU compile itself needs libtpu: not in CI)."""
-  import importlib.util
-  spec = importlib.util.spec_from_file_location(
-      "tpu_compile_check", os.path.join(REPO, "tools", "tpu_compile_check.py"))
-  tool = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(tool)
+  tool = helpers.import_tool("tpu_compile_check")
   assert tool.mesh_overrides("fsdp") == dict(data=1, fsdp=-1, tensor=1)
   assert tool.mesh_overrides("tp4") == dict(data=-1, fsdp=1, tensor=4)
   assert tool.mesh_overrides("2.2.1") == dict(data=2, fsdp=2, tensor=1)

@@ -8,7 +8,7 @@ import tensorflow as tf
 from bert_jax import config_lib
 from bert_jax import demo_corpus
 from bert_jax import tokenizers
-from tests.conftest import run_tool
+from tests.helpers import run_tool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -9,7 +9,7 @@ import pytest
 
 from bert_jax import config_checks
 from bert_jax import train
-from tests.conftest import run_main, tiny_config
+from tests.helpers import run_main, tiny_config
 
 
 def read_metrics(workdir, split="train"):

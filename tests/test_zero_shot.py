@@ -12,7 +12,7 @@ from bert_jax import embed
 from bert_jax import fill_mask
 from bert_jax import zero_shot
 from tests import tiny_models
-from tests.conftest import REPO, child_env
+from tests.helpers import REPO, child_env
 
 TEMPLATE = "{text} It was [MASK]."
 VERBALIZER = {"neg": "terrible", "pos": "great"}

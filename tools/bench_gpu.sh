@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # BERT-base, seq 128, bf16 training-step throughput and MFU on one GPU host.
 #   bash tools/bench_gpu.sh [BATCH]      (default global batch 256; < 5 min)
-# Needs jax[cuda] installed. Runs with cuDNN flash attention
+# Needs the package and jax[cuda] installed (pip install -e . "jax[cuda12]==0.10.2").
+# Runs with cuDNN flash attention
 # (model.attention_impl=cudnn, which has no attention dropout) and, for
 # reference, with XLA attention; MFU is against the spec-sheet bf16 peak of
 # the device (flops.py: A100 312, H100/H200 989 TFLOP/s).

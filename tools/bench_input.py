@@ -17,12 +17,9 @@ training step (6 x 110M params), so one A100-class chip (312 TFLOP/s bf16) at
 """
 
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from absl import app  # pylint: disable=g-import-not-at-top
+from absl import app
 from absl import flags
 from ml_collections import config_flags
 import numpy as np

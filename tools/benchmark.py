@@ -11,12 +11,14 @@ MFU (flops.py) and peak memory.
 
 --compare runs, on the same machine with the same batch shape and dtype, one
 training step of Hugging Face ``FlaxBertForPreTraining`` (transformers 4.57.6,
-the last release with Flax models, in its own venv: see --hf_flax_python) and
-of PyTorch ``BertForPreTraining`` (transformers 5 + torch CPU), each as they
-ship: AdamW, their own MLM head (logits at every position), dropout 0.1. Each
-peer lives in a worker process; rounds alternate ours -> flax -> torch so
-machine noise hits all alike; the first steps of each are warm-up and
-excluded; medians over all timed steps are compared. bf16 means: ours
+the last release with Flax models) and of PyTorch ``BertForPreTraining``
+(transformers 5 + torch CPU), each in a Python with its exact pins (this one
+if it has them, else a plain venv under --peer_venvs built on first use from
+the requirements files; see peer_python), each as they ship: AdamW, their
+own MLM head (logits at every position), dropout 0.1. Each peer lives in a
+worker process; rounds alternate ours -> flax -> torch so machine noise hits
+all alike; the first steps of each are warm-up and excluded; medians over all
+timed steps are compared. bf16 means: ours
 ``model.dtype=bfloat16`` (bf16 matmul inputs, f32 accumulation, f32 params),
 HF Flax ``dtype=jnp.bfloat16`` (its computation dtype), PyTorch
 ``torch.autocast("cpu", bfloat16)``.
@@ -33,7 +35,6 @@ import time
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_FLAX_VENV = os.path.join(REPO, ".venv-hfflax")
 
 
 # ==============================================================================
@@ -238,22 +239,82 @@ class Peer:
     self.proc.wait()
 
 
-def ensure_flax_venv(path: str) -> str:
-  """Python of a venv with transformers 4.57.6 (created on first use)."""
+# ==============================================================================
+# Peer environments: pinned from the repo's requirements files, built on demand.
+# ==============================================================================
+# kind -> ((requirements file, the names taken from it or None for all), ...).
+# HF Flax: transformers 4.57.6 (the last with Flax models) cannot live beside
+# requirements.txt's tokenizers, so its venv takes only the JAX stack from
+# requirements.txt and lets pip pick tokenizers. PyTorch: the export stack.
+PEER_REQUIREMENTS = {
+    "flax": (("requirements.txt", ("jax", "jaxlib", "flax", "optax", "numpy")),
+             ("requirements-bench.txt", None)),
+    "torch": (("requirements.txt", ("numpy",)),
+              ("requirements-export.txt", None)),
+}
+DEFAULT_PEER_VENVS = os.path.join(REPO, ".venv-bench")  # One venv per kind.
+
+# Run by a candidate Python with the pins as arguments: exits 0 iff it has
+# every pinned version (a local label such as torch's "+cpu" is ignored).
+_HAS_PINS = """
+import importlib.metadata as md, sys
+bad = []
+for pin in sys.argv[1:]:
+  name, want = pin.split("==")
+  try:
+    have = md.version(name).split("+")[0]
+  except md.PackageNotFoundError:
+    have = None
+  if have != want:
+    bad.append(f"{name} {have} (want {want})")
+sys.exit("; ".join(bad) or None)
+"""
+
+
+def peer_pins(kind: str) -> list[str]:
+  """The `name==version` lines a peer needs, read from requirements files."""
+  pins = []
+  for filename, names in PEER_REQUIREMENTS[kind]:
+    with open(os.path.join(REPO, filename)) as f:
+      for line in f:
+        pin = line.split("#")[0].strip()
+        if not pin or (names and pin.split("==")[0].lower() not in names):
+          continue
+        if pin.count("==") != 1:
+          raise ValueError(f"{filename}: {pin!r} is not an exact `name==version`"
+                           " pin; the benchmark peers need exact pins.")
+        pins.append(pin)
+  return pins
+
+
+def _has_pins(python: str, pins: list[str]) -> bool:
+  return os.path.exists(python) and subprocess.run(
+      [python, "-c", _HAS_PINS, *pins], capture_output=True).returncode == 0
+
+
+def peer_python(kind: str, venvs: str = DEFAULT_PEER_VENVS) -> str:
+  """A Python with the peer's pins: this one if it has them, else the plain
+  venv `venvs`/`kind`, (re)built on first use.
+
+  Plain, not --system-site-packages: from inside a venv that flag exposes the
+  base interpreter's packages, not this venv's, so the peer would miss jax.
+  """
+  pins = peer_pins(kind)
+  if _has_pins(sys.executable, pins):
+    return sys.executable
+  path = os.path.join(venvs, kind)
   python = os.path.join(path, "bin", "python")
-  check = [python, "-c", "import transformers as t; "
-           "assert t.__version__ == '4.57.6', t.__version__; "
-           "from transformers import FlaxBertForPreTraining"]
-  if os.path.exists(python) and subprocess.run(
-      check, capture_output=True).returncode == 0:
+  if _has_pins(python, pins):
     return python
-  print(f"Creating {path} with transformers==4.57.6 (once; ~1 min) ...",
-        file=sys.stderr)
-  subprocess.run([sys.executable, "-m", "venv", "--system-site-packages",
-                  path], check=True)
-  subprocess.run([python, "-m", "pip", "install", "-q", "-r",
-                  os.path.join(REPO, "requirements-bench.txt")], check=True)
-  subprocess.run(check, check=True)
+  print(f"Creating {path} for the {kind} peer: {' '.join(pins)} "
+        "(once; a few minutes) ...", file=sys.stderr, flush=True)
+  subprocess.run([sys.executable, "-m", "venv", "--clear", path], check=True)
+  subprocess.run([python, "-m", "pip", "install", "-q", *pins], check=True)
+  result = subprocess.run([python, "-c", _HAS_PINS, *pins],
+                          capture_output=True, text=True)
+  if result.returncode:
+    raise RuntimeError(f"{path} lacks the {kind} peer's pins after "
+                       f"installing them: {result.stderr.strip()}")
   return python
 
 
@@ -331,7 +392,9 @@ class Ours:
 
 
 def benchmark(config, steps: int, rounds: int, warmup: int, compare: bool,
-              flax_python: str | None = None, peers=("flax", "torch")) -> dict:
+              flax_python: str | None = None, peers=("flax", "torch"),
+              torch_python: str | None = None,
+              peer_venvs: str = DEFAULT_PEER_VENVS) -> dict:
   import jax
   from bert_jax import flops
   from bert_jax.hf import checkpoint_io
@@ -351,10 +414,12 @@ def benchmark(config, steps: int, rounds: int, warmup: int, compare: bool,
                           vocab=config.model.vocab_size))
     if "flax" in peers:
       runners.append(("hf_flax", Peer(
-          "flax", flax_python or ensure_flax_venv(DEFAULT_FLAX_VENV), spec,
+          "flax", flax_python or peer_python("flax", peer_venvs), spec,
           warmup)))
     if "torch" in peers:
-      runners.append(("pytorch", Peer("torch", sys.executable, spec, warmup)))
+      runners.append(("pytorch", Peer(
+          "torch", torch_python or peer_python("torch", peer_venvs), spec,
+          warmup)))
   measured_peak = peak_source.startswith("measured")
   for _ in range(rounds):  # Alternate so that noise hits everyone alike.
     for _, r in runners:
@@ -491,7 +556,8 @@ def main(argv):
               f"{mem if mem is None else round(mem)} MB")
     return
   r = benchmark(config, F.steps, F.rounds, F.warmup, F.compare,
-                F.hf_flax_python or None, tuple(F.peers))
+                F.hf_flax_python or None, tuple(F.peers),
+                F.torch_python or None, F.peer_venvs)
   if F.json:
     print(json.dumps(r))
   else:
@@ -502,7 +568,6 @@ if __name__ == "__main__":
   if len(sys.argv) > 1 and sys.argv[1] == "--_peer":
     peer_worker(sys.argv[2], sys.argv[3])
     sys.exit(0)
-  sys.path.insert(0, REPO)
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   from absl import app, flags
   from ml_collections import config_flags
@@ -515,8 +580,15 @@ if __name__ == "__main__":
   flags.DEFINE_integer("warmup", 1, "Untimed steps after compile, each impl.")
   flags.DEFINE_bool("compare", False, "Also run HF Flax and PyTorch BERT.")
   flags.DEFINE_list("peers", ["flax", "torch"], "Peers for --compare.")
-  flags.DEFINE_string("hf_flax_python", "", "Python with transformers==4.57.6 "
-                      "(default: .venv-hfflax, created on demand).")
+  flags.DEFINE_string("hf_flax_python", "", "Python for the HF Flax peer "
+                      "(default: this one if it has the pins, else "
+                      "<peer_venvs>/flax, created on demand).")
+  flags.DEFINE_string("torch_python", "", "Python for the PyTorch peer "
+                      "(default: this one if it has requirements-export.txt, "
+                      "else <peer_venvs>/torch, created on demand).")
+  flags.DEFINE_string("peer_venvs", DEFAULT_PEER_VENVS, "Where the peers' "
+                      "venvs are built (plain venvs pinned from the "
+                      "requirements files).")
   flags.DEFINE_bool("json", False, "Print one JSON object.")
   flags.DEFINE_multi_string(
       "variant", [], "Instead of peers: ours with overrides, alternating with "

@@ -23,11 +23,9 @@ import os
 import shutil
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bert_jax import pretrained  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bert_jax.hf import checkpoint_io  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bert_jax.hf import mapping  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bert_jax import pretrained
+from bert_jax.hf import checkpoint_io
+from bert_jax.hf import mapping
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json",
                     "special_tokens_map.json", "vocab.txt", "spiece.model")

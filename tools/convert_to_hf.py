@@ -24,12 +24,10 @@ import logging
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bert_jax import config_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bert_jax import objectives  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bert_jax import pretrained  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bert_jax.hf import checkpoint_io  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bert_jax import config_lib
+from bert_jax import objectives
+from bert_jax import pretrained
+from bert_jax.hf import checkpoint_io
 
 
 def convert(workdir: str, output: str, step: int | None = None) -> list[str]:

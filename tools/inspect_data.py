@@ -11,12 +11,7 @@ sep_token_id, mask_token_id, pad_token_id and a boolean array word_start
 (True where a token of the original, unmasked input begins a word).
 """
 
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from absl import app  # pylint: disable=g-import-not-at-top
+from absl import app
 from absl import flags
 from ml_collections import config_flags
 import numpy as np

@@ -5,7 +5,7 @@
 #       -- python -m bert_jax.main --config configs/base.py --workdir gs://BUCKET/run1
 #
 # 1. (--setup) copies this checkout to ~/bert_jax on every worker and
-#    pip-installs requirements.txt there.
+#    pip-installs the package (pip install -e ., pins from requirements.txt) there.
 # 2. Preflight on all workers (tools/preflight.py): each prints its process
 #    index/count and local/global device counts, then one all-reduce runs;
 #    if jax.distributed cannot connect it fails within PREFLIGHT_TIMEOUT
@@ -46,7 +46,7 @@ if [[ $SETUP == 1 ]]; then
   gcloud compute tpus tpu-vm scp /tmp/bert_jax_src.tgz "$TPU_NAME":~/ \
     --zone "$ZONE" "${PROJECT_FLAG[@]}" --worker=all
   all_workers "mkdir -p ~/$REMOTE_DIR && tar -C ~/$REMOTE_DIR -xzf ~/bert_jax_src.tgz \
-    && cd ~/$REMOTE_DIR && pip install -q -r requirements.txt 'jax[tpu]==0.10.2'"
+    && cd ~/$REMOTE_DIR && pip install -q -e . 'jax[tpu]==0.10.2'"
 fi
 
 if [[ $PREFLIGHT == 1 ]]; then

@@ -24,8 +24,6 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 MB = 2 ** 20
 COLUMNS = ("config", "topology", "mesh", "chips", "params+opt/chip MB",
            "replicated MB", "ratio", "arguments MB", "temporaries MB",

@@ -11,12 +11,7 @@ tokenizers.load_tokenizer looks for its cache, so a training run with the
 same config and workdir picks it up; otherwise point data.tokenizer_path at it.
 """
 
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from absl import app  # pylint: disable=g-import-not-at-top
+from absl import app
 from absl import flags
 from absl import logging
 from ml_collections import config_flags

@@ -9,8 +9,30 @@ set. ALBERT configs set ``data.objective="sop"`` and ``data.max_ngram=3``.
 from __future__ import annotations
 
 from bert_jax import albert
+from bert_jax import config_lib
 from bert_jax.objectives import Objective
 from bert_jax.objectives import bert
+
+
+def published_config(layers: int, hidden: int, heads: int, ffn: int):
+  """Lan et al. 2020's recipe at one size (configs/albert_*.py): E=128,
+  vocab 30,000, all layers shared, gelu_new, no dropout (v2), SOP, n-gram
+  masking of whole words, LAMB lr 0.00176 at batch 4096 for 125k steps."""
+  config = config_lib.get_config("base")
+  config.objective.name = "albert"
+  config.model.update(
+      vocab_size=30000, embedding_size=128, hidden_size=hidden,
+      num_hidden_layers=layers, num_attention_heads=heads,
+      intermediate_size=ffn, hidden_act="gelu_new", hidden_dropout_prob=0.0,
+      attention_probs_dropout_prob=0.0, num_hidden_groups=1,
+      inner_group_num=1)
+  config.data.update(objective="sop", nsp=True, max_ngram=3,
+                     whole_word_mask=True, seq_length=512,
+                     max_predictions_per_seq=20)
+  config.train.update(optimizer="lamb", learning_rate=0.00176,
+                      batch_size=4096, num_steps=125_000, warmup_steps=3125,
+                      weight_decay=0.01, adam_eps=1e-6)
+  return config
 
 
 def make_model(config, rngs):

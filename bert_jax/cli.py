@@ -1,0 +1,243 @@
+"""What every command-line entry point shares: flags, multi-host start-up,
+quiet libraries and errors as sentences.
+
+`bert_jax.main` (pretraining) and `bert_jax.finetune` define their jobs;
+this module defines `--config`, `--workdir`, the `jax.distributed` flags,
+`--take_over_workdir` and `--verbose`, parses them with config-file and
+override errors turned into one line, and runs a job so that an error the
+user can fix is one `error: ...` line (the traceback behind --verbose).
+"""
+
+import os
+import re
+import sys
+import tempfile
+import traceback
+
+from absl import app
+from absl import flags
+from absl import logging
+from ml_collections import config_flags
+
+config_flags.DEFINE_config_file(
+    "config", None, "Path to a config file in configs/.", lock_config=True)
+flags.DEFINE_string("workdir", None, "Checkpoints, metrics and TensorBoard.")
+flags.DEFINE_enum("distributed", "auto", ["auto", "on", "off"],
+                  "auto: initialize jax.distributed when the environment or "
+                  "the flags below describe several processes.")
+flags.DEFINE_string("coordinator_address", None, "host:port of process 0.")
+flags.DEFINE_integer("num_processes", None, "Total number of processes.")
+flags.DEFINE_integer("process_id", None, "Index of this process.")
+flags.DEFINE_bool("take_over_workdir", False,
+                  "Take over a workdir whose lock is held by a run on another "
+                  "host that cannot be checked (use only if that run is dead).")
+flags.DEFINE_bool("verbose", False,
+                  "Print full tracebacks instead of one-line errors.")
+flags.mark_flags_as_required(["config", "workdir"])
+FLAGS = flags.FLAGS
+
+# Environment variables set on Cloud TPU VM slices and by SLURM/MPI launchers.
+_MULTIHOST_ENV = ("TPU_WORKER_HOSTNAMES", "MEGASCALE_COORDINATOR_ADDRESS",
+                  "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
+
+
+def _wants_distributed() -> bool:
+  if FLAGS.distributed == "off":
+    return False
+  if FLAGS.distributed == "on" or FLAGS.coordinator_address:
+    return True
+  hosts = os.environ.get("TPU_WORKER_HOSTNAMES", "")
+  if "," in hosts:
+    return True
+  return any(int(os.environ.get(v, "1") or 1) > 1
+             for v in ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"))
+
+
+def initialize_distributed() -> None:
+  import jax
+  if not _wants_distributed():
+    return
+  kwargs = {}
+  if FLAGS.coordinator_address:
+    kwargs = dict(coordinator_address=FLAGS.coordinator_address,
+                  num_processes=FLAGS.num_processes,
+                  process_id=FLAGS.process_id)
+  try:
+    jax.distributed.initialize(**kwargs)
+  except Exception as e:  # Surface one line naming what failed.
+    raise RuntimeError(
+        f"jax.distributed.initialize({kwargs or 'from environment'}) failed: "
+        f"{e}") from e
+  logging.info("Process %d of %d; %d local / %d global devices.",
+               jax.process_index(), jax.process_count(),
+               jax.local_device_count(), jax.device_count())
+
+
+class _QuietLibraries:
+  """Drop INFO chatter of Orbax and absl internals; keep their warnings.
+
+  A failed save makes Orbax log the same error with a traceback from each of
+  its threads; the run stops with one sentence about it (CheckpointSaveError),
+  so without --verbose their records keep one line each.
+  """
+
+  def filter(self, record) -> bool:
+    if (record.name == "asyncio" and not FLAGS.verbose and
+        "/orbax/" in record.getMessage()):
+      return False  # "Task exception was never retrieved" of a failed save.
+    if "/orbax/" not in record.pathname:
+      return True
+    if record.levelno < 30:
+      return False
+    if record.exc_info and not FLAGS.verbose:
+      record.exc_info, record.exc_text = None, None
+      record.msg, record.args = _first_line(record.getMessage())[:300], ()
+    return True
+
+
+def _quiet_checkpoint_noise() -> None:
+  """Hide the per-array noise of a failed save or restore (unless --verbose).
+
+  After a write fails, tensorstore completes the remaining writes of that
+  save and calls back into Orbax's closed asyncio loop: one 'Event loop is
+  closed' traceback per array (~250 lines for BERT-tiny). The run reports
+  the failure in one sentence (CheckpointSaveError / the quarantine warning).
+  """
+  previous = sys.excepthook
+
+  def hook(kind, value, tb):
+    if (isinstance(value, RuntimeError) and str(value) == "Event loop is closed"
+        and not _verbose()):
+      return
+    previous(kind, value, tb)
+
+  sys.excepthook = hook
+  previous_unraisable = sys.unraisablehook
+
+  def unraisable(info):
+    if not _verbose() and (
+        isinstance(info.exc_value, RuntimeError) and
+        str(info.exc_value) == "Event loop is closed" or
+        # A checkpoint that cannot be read fails one read coroutine per array
+        # (~60 lines each, with the whole TensorStore spec); the ones not
+        # awaited are printed when collected, after the restore already
+        # warned once, naming the step and the first error.
+        "/orbax/" in getattr(getattr(info.object, "cr_code", None),
+                             "co_filename", "")):
+      return
+    previous_unraisable(info)
+
+  sys.unraisablehook = unraisable
+
+
+# ------------------------------------------------------------------------------
+# Errors as sentences: one line for the user, the traceback behind --verbose.
+# ------------------------------------------------------------------------------
+def _verbose(argv=None) -> bool:
+  if FLAGS.is_parsed():
+    return FLAGS.verbose
+  return any(a in ("--verbose", "--verbose=true", "--verbose=True")
+             for a in (argv or sys.argv))
+
+
+def _fail(message: str, argv=None):
+  """Print `error: message` and exit 1 (re-raise instead with --verbose)."""
+  if _verbose(argv) and sys.exc_info()[0] is not None:
+    raise  # pylint: disable=misplaced-bare-raise
+  print(f"error: {message}", file=sys.stderr)
+  sys.exit(1)
+
+
+def _flag_value(argv, name: str) -> str | None:
+  for i, a in enumerate(argv):
+    if a == f"--{name}" and i + 1 < len(argv):
+      return argv[i + 1]
+    if a.startswith(f"--{name}="):
+      return a.split("=", 1)[1]
+  return None
+
+
+def _config_load_error(argv) -> str:
+  path = _flag_value(argv, "config") or "?"
+  file = path.split(":")[0] if not os.path.exists(path) else path
+  if not os.path.exists(file):
+    return (f"--config file {file} does not exist; pass a config file such "
+            "as configs/tiny.py.")
+  return (f"--config file {file} could not be loaded; run python {file} to "
+          "see why.")
+
+
+def _override_error(argv, e: Exception) -> str:
+  """ml_collections' 'no such field' error -> the flag, and its suggestion."""
+  text = str(e)
+  m = re.search(r'Did you mean "([^"]+)" instead of "([^"]+)"', text)
+  key = m.group(2) if m else (re.findall(r"\w+", text) or ["?"])[0]
+  flag = next((a.split("=")[0] for a in argv if a.startswith("--config.") and
+               key in a.split("=")[0].split(".")), f"--config.*.{key}")
+  hint = f"; did you mean {m.group(1)!r}?" if m else "."
+  return (f"{flag}: the config has no field {key!r}{hint} Fields are listed "
+          "in bert_jax/config_lib.py.")
+
+
+def parse_flags(argv):
+  """absl flag parsing, with config-file and override errors as sentences."""
+  try:
+    rest = FLAGS(argv)
+  except flags.Error as e:
+    _fail(f"{e}. Run with --helpfull for the flags.", argv)
+  except (AttributeError, KeyError) as e:  # --config.group.misspelled=...
+    _fail(_override_error(argv, e), argv)
+  except (OSError, ValueError, TypeError) as e:
+    _fail(f"{_first_line(e)}", argv)
+  try:
+    getattr(FLAGS.config, "to_dict")  # Raises here if the file did not load.
+  except OSError:
+    _fail(_config_load_error(argv), argv)
+  return rest
+
+
+def _first_line(e: BaseException) -> str:
+  lines = str(e).strip().splitlines()
+  return lines[0] if lines else type(e).__name__
+
+
+def _unexpected(e: Exception):
+  """A bug or an unforeseen fault: one line, the traceback in a file."""
+  if FLAGS.verbose:
+    raise  # pylint: disable=misplaced-bare-raise
+  fd, path = tempfile.mkstemp(prefix="bert_jax_error_", suffix=".txt")
+  with os.fdopen(fd, "w") as f:
+    f.write(traceback.format_exc())
+  logging.error("%s: %s (traceback in %s)", type(e).__name__, _first_line(e),
+                path)
+  print(f"error: {type(e).__name__}: {_first_line(e)} (traceback in {path}; "
+        "rerun with --verbose to print it)", file=sys.stderr)
+  sys.exit(1)
+
+
+
+def setup() -> None:
+  """Quiet the libraries and start jax.distributed when asked to."""
+  logging.get_absl_handler().addFilter(_QuietLibraries())
+  _quiet_checkpoint_noise()
+  initialize_distributed()
+
+
+def call(job):
+  """Run `job()`; user-fixable errors become one line and exit 1."""
+  from bert_jax import workdir_lock  # pylint: disable=g-import-not-at-top
+  try:
+    return job()
+  except (ValueError, OSError, FloatingPointError,
+          workdir_lock.WorkdirInUseError) as e:
+    if FLAGS.verbose:
+      raise
+    logging.error("%s", e)
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(1)
+  except Exception as e:  # pylint: disable=broad-except
+    _unexpected(e)
+
+
+def run(main):
+  app.run(main, flags_parser=parse_flags)
