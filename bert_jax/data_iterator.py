@@ -5,11 +5,18 @@ iterator state (shuffle buffers included) is a TF checkpoint; saving it with
 each model checkpoint makes a resumed run see exactly the batches the
 uninterrupted run would have. Per-block data counters (``examples.STATS``)
 ride along in the batches; the iterator strips, sums, logs and saves them.
+
+A saved state only fits a pipeline of the same batch shapes. When a run is
+resumed with another batch size or sequence length (BERT's 128 -> 512 phase,
+other hardware), the data position is carried over as the number of
+examples this host consumed: the new pipeline (same seed, same source order)
+skips ceil(examples / new batch size) batches and goes on from there.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 
 from absl import logging
@@ -53,13 +60,23 @@ class DataIterator:
   def _path(self, directory: str) -> str:
     return os.path.join(directory, f"process_{self.process_index}")
 
+  def shapes(self) -> dict[str, list]:
+    """Per-host batch shapes of this pipeline, {feature: shape}."""
+    return {k: v.shape.as_list() for k, v in self._ds.element_spec.items()
+            if k != examples.STATS_KEY}
+
+  def batch_size(self) -> int:
+    return int(next(iter(self.shapes().values()))[0])
+
   def save(self, directory: str) -> str:
     """Writes the iterator state under directory/process_<i>/."""
     d = self._path(directory)
     tf.io.gfile.makedirs(d)
     path = self._ckpt.write(os.path.join(d, "iterator"))
     with tf.io.gfile.GFile(os.path.join(d, "stats.json"), "w") as f:
-      json.dump(dict(self.stats, batches=self._batches), f)
+      json.dump(dict(self.stats, batches=self._batches,
+                     examples_consumed=self._batches * self.batch_size(),
+                     shapes=self.shapes()), f)
     return path
 
   def restore(self, directory: str) -> None:
@@ -67,11 +84,30 @@ class DataIterator:
     prefix = os.path.join(d, "iterator")
     if not tf.io.gfile.glob(prefix + "*"):
       raise ValueError(f"No data iterator state at {prefix}.")
-    self._ckpt.read(prefix).assert_consumed()
     stats_path = os.path.join(d, "stats.json")
+    saved = {}
     if tf.io.gfile.exists(stats_path):
       with tf.io.gfile.GFile(stats_path) as f:
         saved = json.load(f)
-      self._batches = saved.pop("batches", 0)
-      self.stats.update({k: v for k, v in saved.items() if k in self.stats})
+    shapes = saved.pop("shapes", None)
+    consumed = saved.pop("examples_consumed", None)
+    self.stats.update({k: v for k, v in saved.items() if k in self.stats})
+    if shapes is None or shapes == self.shapes():
+      self._ckpt.read(prefix).assert_consumed()
+      self._batches = saved.get("batches", 0)
+      return
+    self._skip_to(consumed, shapes)
+
+  def _skip_to(self, consumed: int, saved_shapes: dict) -> None:
+    """Another batch / sequence shape: go to the same number of examples."""
+    skip = math.ceil(consumed / self.batch_size())
+    logging.warning(
+        "Data shapes changed since the checkpoint (%s -> %s): the data "
+        "position is carried over as examples consumed (%d on process %d), "
+        "skipping %d batches of the new pipeline.",
+        saved_shapes.get("input_ids"), self.shapes().get("input_ids"),
+        consumed, self.process_index, skip)
+    self._it = iter(self._ds.skip(skip))
+    self._ckpt = tf.train.Checkpoint(iterator=self._it)
+    self._batches = skip
 
