@@ -24,6 +24,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int,
   from bert_jax import objectives  # The registry names the objectives.
   objectives.get(config.objective.name)
   model_lib.validate_model_config(config.model)
+  _check_objective(config)
   _check_data(config)
   _check_train_and_mesh(config, num_devices, process_count)
   if check_sources:
@@ -41,6 +42,30 @@ def check_tokenizer(config: ml_collections.ConfigDict, tok) -> None:
   if missing:
     raise ValueError(f"Tokenizer {tok.path} lacks the special token(s) "
                      f"{', '.join(missing)}.")
+
+
+def _check_objective(config) -> None:
+  """Family-specific fields of the objective group."""
+  o, name = config.objective, config.objective.name
+  if name == "albert" and int(config.model.embedding_size) in (
+      0, int(config.model.hidden_size)):
+    raise ValueError(f"model.embedding_size={config.model.embedding_size} "
+                     "with objective.name='albert': ALBERT factorizes its "
+                     "embeddings; set 0 < embedding_size != hidden_size "
+                     "(published: 128).")
+  if name != "distil":
+    return
+  if not o.teacher:
+    raise ValueError("objective.teacher is empty: set it to the teacher BERT "
+                     "(a workdir, an imported or a Hugging Face directory) "
+                     "or to 'random' for a smoke run.")
+  if not 1 <= o.student_layers <= config.model.num_hidden_layers:
+    raise ValueError(f"objective.student_layers={o.student_layers} must be in "
+                     f"[1, model.num_hidden_layers="
+                     f"{config.model.num_hidden_layers}] (the teacher's).")
+  if o.temperature <= 0 or min(o.alpha_ce, o.alpha_mlm, o.alpha_cos) < 0:
+    raise ValueError(f"objective.temperature={o.temperature} must be > 0 and "
+                     "objective.alpha_ce/alpha_mlm/alpha_cos >= 0.")
 
 
 def _check_data(config) -> None:
@@ -76,6 +101,9 @@ def _check_data(config) -> None:
         f"data.mask_token_prob={data.mask_token_prob} and "
         f"data.random_token_prob={data.random_token_prob} must be >= 0 and "
         "sum to <= 1.")
+  if not 1 <= data.max_ngram <= 16:
+    raise ValueError(f"data.max_ngram={data.max_ngram} must be in [1, 16] "
+                     "(1: no spans; ALBERT uses 3).")
   obj = config_lib.sentence_objective(data)
   if obj not in config_lib.SENTENCE_OBJECTIVES:
     raise ValueError(f"data.objective={data.objective!r} must be one of "

@@ -36,7 +36,8 @@ def model_config(size: str = "base") -> ml_collections.ConfigDict:
       vocab_size=30522,
       hidden_size=hidden,
       # Width of the embedding tables (HF ElectraConfig/AlbertConfig name);
-      # 0 = hidden_size. Otherwise a projection E -> H follows (ELECTRA).
+      # 0 = hidden_size. Otherwise a projection E -> H follows (ELECTRA,
+      # ALBERT).
       embedding_size=0,
       num_hidden_layers=layers,
       num_attention_heads=hidden // 64,
@@ -45,7 +46,12 @@ def model_config(size: str = "base") -> ml_collections.ConfigDict:
       hidden_dropout_prob=0.1,
       attention_probs_dropout_prob=0.1,
       max_position_embeddings=512,
-      type_vocab_size=2,
+      type_vocab_size=2,  # 0: no segment embeddings (DistilBERT).
+      # ALBERT layer sharing (HF AlbertConfig): num_hidden_layers applications
+      # of num_hidden_groups groups of inner_group_num layers each.
+      num_hidden_groups=1,
+      inner_group_num=1,
+      classifier_dropout_prob=0.1,  # ALBERT's SOP head.
       initializer_range=0.02,
       layer_norm_eps=1e-12,
       num_labels=2,  # Fine-tuning heads only (1 = regression).
@@ -108,6 +114,9 @@ def data_config() -> ml_collections.ConfigDict:
       mask_token_prob=0.8,  # Of the selected tokens: -> [MASK]
       random_token_prob=0.1,  # -> a random token (the rest stay unchanged).
       whole_word_mask=False,
+      # Masked spans of up to max_ngram units (words with whole_word_mask,
+      # else tokens), p(n) ~ 1/n, one 80/10/10 draw per span (ALBERT: 3).
+      max_ngram=1,
       nsp=True,  # Whether batches carry a sentence-pair label (NSP or SOP).
       # "nsp" (BERT), "sop" (ALBERT sentence order), "packed" (RoBERTa full
       # sentences, no pair label). "" = "nsp" if nsp else "packed".
@@ -133,7 +142,18 @@ def objective_config() -> ml_collections.ConfigDict:
   """Which pluggable objective trains (`bert_jax/objectives/`), and its
   family-specific fields (objectives that need more add them here)."""
   return ml_collections.ConfigDict(dict(
-      name="bert",  # bert: MLM (+ NSP/SOP per data.objective).
+      # bert: MLM (+ NSP/SOP per data.objective); albert: the same on the
+      # shared-layer ALBERT model; distil: DistilBERT distillation.
+      name="bert",
+      # distil: the teacher (our workdir, an imported or Hugging Face BERT
+      # dir; "random" = random init, tests only); config.model is its
+      # architecture, the student has student_layers layers.
+      teacher="",
+      student_layers=6,
+      temperature=2.0,
+      alpha_ce=5.0,  # Published DistilBERT weights (Sanh et al. 2019).
+      alpha_mlm=2.0,
+      alpha_cos=1.0,
   ))
 
 

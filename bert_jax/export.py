@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import os
 
+from bert_jax import config_lib
+from bert_jax import objectives
 from bert_jax import pretrained
 from bert_jax.hf import checkpoint_io
 from bert_jax.hf import mapping
@@ -55,6 +57,13 @@ def export_run(path: str, output: str, step: int | None = None) -> list[str]:
     return _PAIR_WRITERS[objective](
         output, params, source.config,
         tokenizer=pretrained.tokenizer_spec(source),
+        source=f"{where} step {source.step}")
+  hook = objectives.get(objective).hf_export if objective else None
+  if hook is not None:  # A family of its own (ALBERT, DistilBERT student).
+    family, model_config = hook(config_lib.complete(source.config))
+    return checkpoint_io.save_hf_model(
+        output, params, model_config, family=family,
+        tokenizer=pretrained.tokenizer_spec(source), untrained_heads=(),
         source=f"{where} step {source.step}")
   return checkpoint_io.save_hf_model(
       output, params, model_config,

@@ -104,14 +104,14 @@ def traced_builder(tok: tokenizers.Tokenizer,
 def traced_masker(tok: tokenizers.Tokenizer, seq_length: int,
                   max_predictions: int, mask_rate: float,
                   mask_token_prob: float, random_token_prob: float,
-                  whole_word: bool):
+                  whole_word: bool, max_ngram: int = 1):
   """masking.Masker for tok as a tf.function traced once per key."""
   masker = masking.Masker(
       vocab_size=tok.vocab_size, special_ids=tok.special_ids,
       mask_id=tok.mask_id, max_predictions=max_predictions,
       mask_rate=mask_rate, mask_token_prob=mask_token_prob,
       random_token_prob=random_token_prob, whole_word=whole_word,
-      word_start=tok.word_start if whole_word else None)
+      word_start=tok.word_start if whole_word else None, max_ngram=max_ngram)
   return tf.function(masker, autograph=False, input_signature=[
       tf.TensorSpec([None, seq_length], tf.int32),
       tf.TensorSpec([2], tf.int64)])
@@ -121,7 +121,8 @@ def _masker_for(data, tok):
   return traced_masker(
       tok, int(data.seq_length), int(data.max_predictions_per_seq),
       float(data.mask_rate), float(data.mask_token_prob),
-      float(data.random_token_prob), bool(data.whole_word_mask))
+      float(data.random_token_prob), bool(data.whole_word_mask),
+      int(data.max_ngram))
 
 
 # -----------------------------------------------------------------------------

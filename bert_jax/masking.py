@@ -13,6 +13,17 @@ token count stays <= n (so a row may get slightly fewer than n tokens when a
 word does not fit); all pieces of a word share the selection and the same
 80/10/10 outcome.
 
+N-gram option (ALBERT, ``max_ngram`` > 1): units (whole words with the
+whole-word option, else tokens) are cut into consecutive spans of n units,
+n drawn with p(n) proportional to 1/n for n = 1..max_ngram (spans also end
+at special tokens); spans are visited in random order and taken while the
+token count stays <= n (three passes, each over the spans that still fit,
+so short spans fill what long ones leave). A span shares one 80/10/10 draw.
+Unlike ALBERT's create_pretraining_data.py the spans are cut before they
+are chosen (no rejected overlaps), which keeps the op vectorized and
+stateless; the span-length distribution and the masked share are the same
+in expectation up to the budget's end effects.
+
 Of the selected tokens, ``mask_token_prob`` become [MASK], ``random_token_prob``
 a token drawn uniformly from the non-special vocabulary, the rest stay as they
 are. Positions come out sorted ascending, padded to P with position 0, id 0 and
@@ -37,9 +48,14 @@ class Masker:
   def __init__(self, *, vocab_size: int, special_ids: Sequence[int],
                mask_id: int, max_predictions: int, mask_rate: float = 0.15,
                mask_token_prob: float = 0.8, random_token_prob: float = 0.1,
-               whole_word: bool = False, word_start: np.ndarray | None = None):
+               whole_word: bool = False, word_start: np.ndarray | None = None,
+               max_ngram: int = 1):
     if whole_word and word_start is None:
       raise ValueError("whole_word masking needs a word_start table.")
+    if max_ngram < 1:
+      raise ValueError(f"data.max_ngram={max_ngram} must be >= 1 (1: no "
+                       "n-gram spans).")
+    self.max_ngram = int(max_ngram)
     selectable = np.ones([vocab_size], bool)
     selectable[[i for i in special_ids if 0 <= i < vocab_size]] = False
     self.selectable = selectable
@@ -70,13 +86,16 @@ class Masker:
     n_sel = tf.minimum(p, tf.maximum(1, n_sel))
     n_sel = tf.where(n_ok > 0, n_sel, 0)  # [B]
 
-    if self.whole_word:
+    if self.max_ngram > 1:
+      selected, word_id = self._select_spans(ids, ok, n_sel, seeds[0],
+                                             seeds[3])
+    elif self.whole_word:
       selected, word_id = self._select_words(ids, ok, n_sel, seeds[0])
     else:
       selected = self._select_tokens(ids, ok, n_sel, seeds[0])
       word_id = None
 
-    # 80/10/10, one draw per word.
+    # 80/10/10, one draw per word (per span with n-grams).
     r = tf.random.stateless_uniform(shape, seeds[1])
     if word_id is not None:
       r = tf.gather(r, word_id, batch_dims=1)
@@ -143,3 +162,54 @@ class Masker:
     inverse = tf.argsort(order, axis=1, stable=True)
     word_taken = tf.gather(taken, inverse, batch_dims=1)
     return tf.gather(word_taken, word_id, batch_dims=1) & ok, word_id
+
+
+  def _unit_starts(self, ids, ok):
+    """[B, T] bool: token starts a unit (a word or, without whole-word, any
+    token); special tokens are units of their own."""
+    if self.whole_word:
+      starts = tf.gather(tf.constant(self.word_start), ids) | ~ok
+    else:
+      starts = tf.ones_like(ok)
+    after_special = tf.pad(~ok[:, :-1], [[0, 0], [1, 0]], constant_values=True)
+    return starts | after_special
+
+  def _select_spans(self, ids, ok, n_sel, seed, length_seed):
+    """N-gram spans of units; returns (selected [B,T], span id [B,T])."""
+    shape = tf.shape(ids)
+    b, t = shape[0], shape[1]
+    unit_start = self._unit_starts(ids, ok)
+    unit_id = tf.cumsum(tf.cast(unit_start, tf.int32), axis=1) - 1
+    # Span lengths (in units) n ~ 1/n, laid end to end from unit 0.
+    probs = 1.0 / np.arange(1, self.max_ngram + 1)
+    logits = tf.constant(np.log(probs / probs.sum())[None], tf.float32)
+    lengths = tf.random.stateless_categorical(
+        tf.tile(logits, [b, 1]), t, length_seed, dtype=tf.int32) + 1
+    first_unit = tf.cumsum(lengths, axis=1, exclusive=True)  # Increasing.
+    chunk_of_unit = tf.searchsorted(
+        first_unit, tf.tile(tf.range(t)[None], [b, 1]), side="right") - 1
+    chunk = tf.gather(chunk_of_unit, unit_id, batch_dims=1)
+    prev_chunk = tf.pad(chunk[:, :-1], [[0, 0], [1, 0]], constant_values=-1)
+    after_special = tf.pad(~ok[:, :-1], [[0, 0], [1, 0]], constant_values=True)
+    span_start = (chunk != prev_chunk) | ~ok | after_special
+    span_id = tf.cumsum(tf.cast(span_start, tf.int32), axis=1) - 1
+    flat = span_id + t * tf.range(b)[:, None]
+    span_len = tf.reshape(tf.math.unsorted_segment_sum(
+        tf.reshape(tf.cast(ok, tf.int32), [-1]), tf.reshape(flat, [-1]),
+        b * t), shape)  # Selectable tokens per span id.
+    score = tf.random.stateless_uniform(shape, seed)
+    order = tf.argsort(tf.where(span_len > 0, score, 2.0), axis=1, stable=True)
+    sorted_len = tf.gather(span_len, order, batch_dims=1)
+    taken = tf.zeros(shape, tf.bool)
+    remaining = n_sel[:, None]
+    for _ in range(3):  # Each pass: the spans that still fit, in order.
+      fits = ~taken & (sorted_len > 0) & (sorted_len <= remaining)
+      new = fits & (tf.cumsum(tf.where(fits, sorted_len, 0), axis=1)
+                    <= remaining)
+      taken = taken | new
+      remaining = remaining - tf.reduce_sum(tf.where(new, sorted_len, 0),
+                                            axis=1, keepdims=True)
+    span_taken = tf.gather(taken, tf.argsort(order, axis=1, stable=True),
+                           batch_dims=1)
+    return tf.gather(span_taken, span_id, batch_dims=1) & ok, span_id
+

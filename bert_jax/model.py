@@ -44,7 +44,7 @@ def embedding_size(config: ml_collections.ConfigDict) -> int:
   When E != hidden_size the embeddings are factorized (ELECTRA-Small, ALBERT):
   tables of width E and a projection E -> H at the encoder's input.
   """
-  return int(config.get("embedding_size", 0) or config.hidden_size)
+  return int(config.embedding_size or config.hidden_size)
 
 
 def _normal(config, axes):
@@ -107,6 +107,13 @@ def gelu(x):
   return jax.nn.gelu(x, approximate=False)
 
 
+# model.hidden_act -> function (Hugging Face names). ALBERT uses "gelu_new".
+ACTIVATIONS = {
+    "gelu": gelu,
+    "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),  # tanh approx.
+}
+
+
 class Embeddings(nnx.Module):
   """Token + position + segment embeddings, summed, LayerNorm, dropout.
 
@@ -114,6 +121,7 @@ class Embeddings(nnx.Module):
   projection to the hidden size belongs to the :class:`Encoder` that reads
   them, so that two encoders of different widths can share one table
   (ELECTRA's generator and discriminator).
+  With model.type_vocab_size 0 there is no segment table (DistilBERT).
   """
 
   def __init__(self, config, *, rngs: nnx.Rngs):
@@ -123,7 +131,8 @@ class Embeddings(nnx.Module):
     self.position_embeddings = nnx.Param(_normal(config, ("position", "embed"))(
         rngs.params(), (config.max_position_embeddings, d)))
     self.token_type_embeddings = nnx.Param(_normal(config, ("type", "embed"))(
-        rngs.params(), (config.type_vocab_size, d)))
+        rngs.params(), (config.type_vocab_size, d))
+    ) if config.type_vocab_size else None
     self.layer_norm = LayerNorm(config, d, rngs=rngs)
     self.dropout = nnx.Dropout(config.hidden_dropout_prob)
     self.dtype = _dtype(config)
@@ -136,8 +145,10 @@ class Embeddings(nnx.Module):
     table = logical.constrain(self.word_embeddings[...], ("vocab", None))
     x = jnp.take(table, input_ids, axis=0)
     x = x + self.position_embeddings[...][:seq_len][None]
-    types = logical.constrain(self.token_type_embeddings[...], ("type", None))
-    x = x + jnp.take(types, segment_ids, axis=0)
+    if self.token_type_embeddings is not None:
+      types = logical.constrain(self.token_type_embeddings[...],
+                                ("type", None))
+      x = x + jnp.take(types, segment_ids, axis=0)
     x = logical.constrain(x, ("activation_batch", "activation_length",
                               "activation_embed"))
     x = self.layer_norm(x)
@@ -238,9 +249,10 @@ class FeedForward(nnx.Module):
     self.output = Dense(config, f, d, ("mlp", "embed"), rngs=rngs)
     self.layer_norm = LayerNorm(config, d, rngs=rngs)
     self.dropout = nnx.Dropout(config.hidden_dropout_prob)
+    self.act = ACTIVATIONS[config.hidden_act]
 
   def __call__(self, x, *, deterministic, rngs):
-    h = gelu(self.intermediate(x))
+    h = self.act(self.intermediate(x))
     h = logical.constrain(h, ("activation_batch", "activation_length",
                               "activation_mlp"))
     out = self.dropout(self.output(h), deterministic=deterministic, rngs=rngs)
@@ -261,6 +273,21 @@ class Layer(nnx.Module):
                                  "activation_embed"))
 
 
+def apply_layer(layer, x, mask_bias, policy: str, *, deterministic, rngs):
+  """One block, rematerialized per `model.remat_policy` ("none": stored)."""
+  if policy == "none":
+    return layer(x, mask_bias, deterministic=deterministic, rngs=rngs)
+  # Recompute the block in the backward pass (activation memory).
+  return nnx.remat(
+      lambda l, x, m, r: l(x, m, deterministic=deterministic, rngs=r),
+      policy=REMAT_POLICIES[policy])(layer, x, mask_bias, rngs)
+
+
+def pool(pooler, x):
+  """Dense + tanh on the [CLS] position, in float32."""
+  return jnp.tanh(pooler(x[:, 0]).astype(jnp.float32))
+
+
 def attention_bias(input_mask):
   """[B,T] 1/0 mask -> [B,1,1,T] float32 bias added to attention scores."""
   return jnp.where(input_mask[:, None, None, :] > 0, 0.0,
@@ -271,12 +298,8 @@ def run_layers(layers, x, mask_bias, remat_policy: str, *, deterministic,
                rngs):
   """The transformer stack, each block optionally rematerialized."""
   for layer in layers:
-    if remat_policy == "none":
-      x = layer(x, mask_bias, deterministic=deterministic, rngs=rngs)
-    else:  # Recompute the block in the backward pass (activation memory).
-      x = nnx.remat(
-          lambda l, x, m, r: l(x, m, deterministic=deterministic, rngs=r),
-          policy=REMAT_POLICIES[remat_policy])(layer, x, mask_bias, rngs)
+    x = apply_layer(layer, x, mask_bias, remat_policy,
+                    deterministic=deterministic, rngs=rngs)
   return x
 
 
@@ -310,7 +333,7 @@ class Encoder(nnx.Module):
 class BertModel(nnx.Module):
   """Embeddings, encoder stack and pooler (dense + tanh on [CLS])."""
 
-  def __init__(self, config, *, rngs: nnx.Rngs):
+  def __init__(self, config, *, rngs: nnx.Rngs, add_pooling_layer=True):
     validate_model_config(config)
     if embedding_size(config) != config.hidden_size:
       raise ValueError(
@@ -322,17 +345,18 @@ class BertModel(nnx.Module):
         [Layer(config, rngs=rngs) for _ in range(config.num_hidden_layers)])
     self.remat_policy = config.remat_policy
     self.pooler = Dense(config, config.hidden_size, config.hidden_size,
-                        ("embed", None), rngs=rngs)
+                        ("embed", None), rngs=rngs) if add_pooling_layer else None
 
   def __call__(self, input_ids, input_mask, segment_ids, *,
                deterministic=True, rngs=None):
-    """Returns (sequence_output [B,T,d], pooled_output [B,d])."""
+    """Returns (sequence_output [B,T,d], pooled_output [B,d] or None)."""
     x = self.embeddings(input_ids, segment_ids, deterministic=deterministic,
                         rngs=rngs)
     x = run_layers(self.layers, x, attention_bias(input_mask),
                    self.remat_policy, deterministic=deterministic, rngs=rngs)
-    pooled = jnp.tanh(self.pooler(x[:, 0]).astype(jnp.float32))
-    return x, pooled
+    if self.pooler is None:
+      return x, None
+    return x, pool(self.pooler, x)
 
   def hidden_states(self, input_ids, input_mask, segment_ids,
                     num_layers: int | None = None) -> list:
@@ -356,7 +380,8 @@ class MaskedLMHead(nnx.Module):
   """Dense + GELU + LayerNorm, then the decoder tied to the word embeddings.
 
   The transform maps the hidden size H to the embedding width E (equal for
-  BERT; ELECTRA's generator maps its small H to the shared E).
+  BERT; ELECTRA's generator maps its small H to the shared E; ALBERT's H to
+  its factorized E).
   """
 
   def __init__(self, config, *, rngs: nnx.Rngs):
@@ -366,9 +391,10 @@ class MaskedLMHead(nnx.Module):
     self.bias = nnx.Param(_zeros(("vocab",))(rngs.params(),
                                              (config.vocab_size,)))
     self.dtype = _dtype(config)
+    self.act = ACTIVATIONS[config.hidden_act]
 
   def __call__(self, x, word_embeddings):
-    h = self.layer_norm(gelu(self.transform(x)))
+    h = self.layer_norm(self.act(self.transform(x)))
     logits = jnp.einsum("...d,vd->...v", h, word_embeddings.astype(self.dtype),
                         preferred_element_type=jnp.float32)
     return logits + self.bias[...]
@@ -403,6 +429,31 @@ class BertForPreTraining(nnx.Module):
                   + self.nsp_head.bias[...])
     return dict(mlm_logits=mlm_logits, nsp_logits=nsp_logits,
                 sequence_output=seq, pooled_output=pooled)
+
+
+def gather_positions(seq, positions):
+  """[B,T,d] at [B,P] positions -> [B,P,d]; all of `seq` when None."""
+  if positions is None:
+    return seq
+  return jnp.take_along_axis(seq, positions[..., None], axis=1)
+
+
+class BertForMaskedLM(nnx.Module):
+  """Encoder without pooler plus the tied MLM head (HF ``BertForMaskedLM``;
+  with type_vocab_size=0 it is the layout of ``DistilBertForMaskedLM``)."""
+
+  def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
+    self.bert = BertModel(config, rngs=rngs, add_pooling_layer=False)
+    self.mlm_head = MaskedLMHead(config, rngs=rngs)
+
+  def __call__(self, input_ids, input_mask, segment_ids,
+               masked_lm_positions=None, *, deterministic=True, rngs=None):
+    """Returns dict(mlm_logits, sequence_output), as BertForPreTraining."""
+    seq, _ = self.bert(input_ids, input_mask, segment_ids,
+                       deterministic=deterministic, rngs=rngs)
+    mlm_logits = self.mlm_head(gather_positions(seq, masked_lm_positions),
+                               self.bert.embeddings.word_embeddings[...])
+    return dict(mlm_logits=mlm_logits, sequence_output=seq)
 
 
 class BertForSequenceClassification(nnx.Module):
@@ -441,14 +492,25 @@ def validate_model_config(config: ml_collections.ConfigDict) -> None:
   if remat != "none" and remat not in REMAT_POLICIES:
     raise ValueError(f"model.remat_policy={remat!r} must be 'none' or one of "
                      f"{tuple(REMAT_POLICIES)}.")
-  if config.hidden_act != "gelu":
+  if config.hidden_act not in ACTIVATIONS:
     raise ValueError(f"model.hidden_act={config.hidden_act!r} is not supported;"
-                     " BERT uses 'gelu' (exact erf GELU).")
+                     f" use one of {tuple(ACTIVATIONS)} ('gelu' is BERT's exact"
+                     " erf GELU, 'gelu_new' ALBERT's tanh approximation).")
   for field in ("vocab_size", "hidden_size", "num_hidden_layers",
-                "intermediate_size", "max_position_embeddings",
-                "type_vocab_size"):
+                "intermediate_size", "max_position_embeddings"):
     if int(config[field]) <= 0:
       raise ValueError(f"model.{field}={config[field]} must be positive.")
+  if int(config.type_vocab_size) < 0 or int(config.embedding_size) < 0:
+    raise ValueError(
+        f"model.type_vocab_size={config.type_vocab_size} and "
+        f"model.embedding_size={config.embedding_size} must be >= 0 "
+        "(0: no segment table / tables as wide as hidden_size).")
+  groups, layers = int(config.num_hidden_groups), int(config.num_hidden_layers)
+  if groups < 1 or layers % groups or int(config.inner_group_num) < 1:
+    raise ValueError(
+        f"model.num_hidden_groups={groups} must be >= 1 and divide "
+        f"model.num_hidden_layers={layers}; model.inner_group_num="
+        f"{config.inner_group_num} must be >= 1.")
 
 
 def count_params(model: nnx.Module) -> int:

@@ -356,6 +356,7 @@ def load_tokenizer(data: ml_collections.ConfigDict,
     raise ValueError(f"data.tokenizer_vocab_size={data.tokenizer_vocab_size} "
                      "is too small (need >= 16).")
   from bert_jax import data_sources  # TensorFlow's gfile: when training.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   plan = data_sources.plan(data, workdir)
   path = cache_path(data, workdir, plan)
   if not tf.io.gfile.exists(path):

@@ -42,15 +42,26 @@ def abstract_model(config: ml_collections.ConfigDict, objective=None):
   return nnx.eval_shape(lambda: objective.make_model(config, nnx.Rngs(0)))
 
 
+def abstract_frozen(config, objective):
+  """The objective's fixed module (a teacher) as shapes, or None."""
+  if objective.make_frozen is None:
+    return None
+  return nnx.eval_shape(lambda: objective.make_frozen(config, nnx.Rngs(0)))
+
+
 def init_state_fn(config, objective, tx):
-  """A function () -> train state; jitted with out_shardings, never run eagerly."""
+  """A function () -> train state; jitted with out_shardings, never run eagerly.
+
+  Objectives with fixed params (`make_frozen`) get them as state["frozen"]:
+  carried through every step unchanged, checkpointed with the rest.
+  """
 
   def init():
     root = jax.random.key(config.train.seed)
     model = objective.make_model(
         config, nnx.Rngs(params=jax.random.fold_in(root, 0)))
     params = nnx.state(model, nnx.Param).to_pure_dict()
-    return dict(
+    state = dict(
         step=jnp.zeros((), jnp.int32),
         rng=jax.random.key_data(jax.random.fold_in(root, 1)),
         params=params,
@@ -58,20 +69,38 @@ def init_state_fn(config, objective, tx):
         nonfinite_steps=jnp.zeros((), jnp.int32),
         nonfinite_in_a_row=jnp.zeros((), jnp.int32),
     )
+    if objective.make_frozen is not None:  # Salt 2 is the eval rng's.
+      frozen = objective.make_frozen(
+          config, nnx.Rngs(params=jax.random.fold_in(root, 3)))
+      state["frozen"] = nnx.state(frozen, nnx.Param).to_pure_dict()
+    return state
 
   return init
 
 
 def state_shardings(config, mesh, tx, abstract_state, objective):
+  rules = sharding.rules(config.mesh)
   _, abs_params = nnx.split(abstract_model(config, objective), nnx.Param)
-  params = sharding.param_shardings(abs_params, mesh,
-                                    sharding.rules(config.mesh))
+  params = sharding.param_shardings(abs_params, mesh, rules)
   rep = sharding.replicated(mesh)
-  return dict(
+  out = dict(
       step=rep, rng=rep, params=params,
       opt_state=sharding.opt_state_shardings(tx, abstract_state["opt_state"],
                                              params, mesh),
       nonfinite_steps=rep, nonfinite_in_a_row=rep)
+  frozen = abstract_frozen(config, objective)
+  if frozen is not None:
+    out["frozen"] = sharding.param_shardings(
+        nnx.split(frozen, nnx.Param)[1], mesh, rules)
+  return out
+
+
+def _frozen_kwargs(frozen, frozen_graphdef) -> dict:
+  """{"frozen": module} for loss_sums when the objective has fixed params."""
+  if frozen is None:
+    return {}
+  return {"frozen": nnx.merge(frozen_graphdef,
+                              jax.lax.stop_gradient(frozen))}
 
 
 # ==============================================================================
@@ -86,7 +115,8 @@ def _microbatches(batch, k: int):
   return jax.tree.map(split, batch)
 
 
-def train_step(state, batch, *, graphdef, tx, config, objective):
+def train_step(state, batch, *, graphdef, tx, config, objective,
+               frozen_graphdef=None):
   """One optimizer update on a global batch; returns (state, metrics).
 
   The objective's loss is normalised by counts of the whole global batch,
@@ -99,7 +129,9 @@ def train_step(state, batch, *, graphdef, tx, config, objective):
 
   def loss_fn(params, micro, micro_key):
     model = nnx.merge(graphdef, params)
-    sums = objective.loss_sums(model, micro, micro_key, False, config)
+    sums = objective.loss_sums(
+        model, micro, micro_key, False, config,
+        **_frozen_kwargs(state.get("frozen"), frozen_graphdef))
     return objective.loss(sums, counts, config), sums
 
   grad_fn = jax.grad(loss_fn, has_aux=True)
@@ -139,6 +171,8 @@ def train_step(state, batch, *, graphdef, tx, config, objective):
       nonfinite_steps=state["nonfinite_steps"] + (~finite).astype(jnp.int32),
       nonfinite_in_a_row=jnp.where(finite, 0, state["nonfinite_in_a_row"] + 1),
   )
+  if "frozen" in state:
+    new_state["frozen"] = state["frozen"]
   schedule = optim.learning_rate_schedule(config.train)
   metrics = dict(objective.metrics(sums, counts, config),
                  learning_rate=schedule(step), grad_norm=grad_norm,
@@ -147,23 +181,28 @@ def train_step(state, batch, *, graphdef, tx, config, objective):
   return new_state, metrics
 
 
-def batch_loss(params, batch, *, graphdef, config, objective, rng=None):
+def batch_loss(params, batch, *, graphdef, config, objective, rng=None,
+               frozen=None, frozen_graphdef=None):
   """The train step's loss on one whole batch, without dropout when `rng`
   is None: what tests and tools differentiate to compare with a step."""
   model = nnx.merge(graphdef, params)
   key = jax.random.key(0) if rng is None else rng
-  sums = objective.loss_sums(model, batch, key, rng is None, config)
+  sums = objective.loss_sums(model, batch, key, rng is None, config,
+                             **_frozen_kwargs(frozen, frozen_graphdef))
   return objective.loss(sums, objective.counts(batch, config), config)
 
 
 # ==============================================================================
 # Eval step: per-batch sums, added up on the host.
 # ==============================================================================
-def eval_step(params, batch, rng, *, graphdef, config, objective):
-  """Sums of one eval batch; `rng` only feeds objectives that sample."""
+def eval_step(params, batch, rng, frozen=None, *, graphdef, config, objective,
+              frozen_graphdef=None):
+  """Sums of one eval batch; `rng` only feeds objectives that sample;
+  `frozen` is state["frozen"] for objectives that hold fixed params."""
   model = nnx.merge(graphdef, params)
   return objective.loss_sums(model, batch, jax.random.wrap_key_data(rng),
-                             True, config)
+                             True, config,
+                             **_frozen_kwargs(frozen, frozen_graphdef))
 
 
 # ==============================================================================
@@ -184,6 +223,9 @@ class Programs:
     self.rules = sharding.rules(config.mesh)
     self.tx = optim.make_optimizer(config.train)
     self.graphdef = nnx.split(abstract_model(config, objective), nnx.Param)[0]
+    frozen = abstract_frozen(config, objective)
+    self.frozen_graphdef = (None if frozen is None else
+                            nnx.split(frozen, nnx.Param)[0])
     init = init_state_fn(config, objective, self.tx)
     abstract_state = jax.eval_shape(init)
     self.state_sharding = state_shardings(config, mesh, self.tx,
@@ -196,16 +238,34 @@ class Programs:
     self.init = jax.jit(init, out_shardings=self.state_sharding)
     self.train_step = jax.jit(
         functools.partial(train_step, graphdef=self.graphdef, tx=self.tx,
-                          config=config, objective=objective),
+                          config=config, objective=objective,
+                          frozen_graphdef=self.frozen_graphdef),
         in_shardings=(self.state_sharding, self.batch_sharding),
         out_shardings=(self.state_sharding, replicated),
         donate_argnums=(0,))
     self.eval_step = jax.jit(
         functools.partial(eval_step, graphdef=self.graphdef, config=config,
-                          objective=objective),
+                          objective=objective,
+                          frozen_graphdef=self.frozen_graphdef),
         in_shardings=(self.state_sharding["params"], self.batch_sharding,
-                      replicated),
+                      replicated, self.state_sharding.get("frozen")),
         out_shardings=replicated)
+
+  def warm_start(self, state):
+    """A fresh state through the objective's `warm_start` (e.g. the teacher
+    loaded and the student initialized from it); unchanged without one."""
+    if self.objective.warm_start is None:
+      return state
+    host = jax.device_get({k: state[k] for k in ("params", "frozen")
+                           if k in state})
+    params, frozen = self.objective.warm_start(
+        self.config, host["params"], host.get("frozen"))
+    out = dict(state, params=checkpointing.place_params(
+        params, self.abstract_state["params"], source="warm_start"))
+    if frozen is not None:
+      out["frozen"] = checkpointing.place_params(
+          frozen, self.abstract_state["frozen"], source="warm_start")
+    return out
 
   def eval_rng(self, index: int) -> jax.Array:
     """Key data for eval batch `index`: the same every evaluation."""
@@ -283,6 +343,15 @@ def _tensorboard_writers(workdir: str) -> dict:
     logging.warning("TensorBoard events are not written (%s); for gs:// "
                     "install google-cloud-storage. metrics.jsonl is.", e)
     return {}
+
+
+def _bytes_per_device(abstract_tree) -> int:
+  """Bytes of one device's shards of a tree of sharded ShapeDtypeStructs."""
+  total = 0
+  for a in jax.tree.leaves(abstract_tree):
+    shard = a.sharding.shard_shape(a.shape)
+    total += int(np.prod(shard)) * jnp.dtype(a.dtype).itemsize
+  return total
 
 
 def unigram_baseline(batches, vocab_size: int) -> float:
@@ -384,8 +453,12 @@ class Trainer:
         self.eval_step = p.eval_step.lower(
             p.abstract_state["params"],
             p.batch_spec(self._eval_local_batch_size() * jax.process_count()),
-            p.eval_rng(0)).compile()
+            p.eval_rng(0), p.abstract_state.get("frozen")).compile()
     self.compile_seconds = time.time() - start
+    if "frozen" in p.abstract_state:
+      logging.info("Frozen params (no gradient, no optimizer state): %.1f MB "
+                   "per device.", _bytes_per_device(p.abstract_state["frozen"])
+                   / 2**20)
     mem = self.train_step.memory_analysis()
     if mem is not None:
       logging.info(
@@ -434,7 +507,7 @@ class Trainer:
                    self.checkpointer.directory)
       return state
     with self._context():
-      state = self.programs.init()
+      state = self.programs.warm_start(self.programs.init())
     if self._init_params_fn is not None:
       state = dict(state, params=self._init_params_fn(self, state["params"]))
     elif self.config.train.init_from:
@@ -452,16 +525,17 @@ class Trainer:
                  source.kind, source.step, report)
     return params
 
-  def evaluate(self, params) -> dict:
+  def evaluate(self, params, frozen=None) -> dict:
     """The objective's metrics over all eval batches (sums added in float64),
-    or the caller's `evaluate` when it needs every prediction."""
+    or the caller's `evaluate` when it needs every prediction. `frozen` is
+    state["frozen"] for objectives that hold fixed params."""
     if self._evaluate_fn is not None:
       return self._evaluate_fn(self, params)
     totals = {}
     for i, local in enumerate(self.eval_batches):
       batch = sharding.global_batch(local, self.batch_sharding)
       sums = jax.device_get(self.eval_step(params, batch,
-                                           self.programs.eval_rng(i)))
+                                           self.programs.eval_rng(i), frozen))
       totals = {k: totals.get(k, 0.0) + float(v) for k, v in sums.items()}
     return {k: float(v) for k, v in
             self.programs.objective.metrics(totals, totals, self.config).items()}
@@ -525,7 +599,7 @@ class Trainer:
         writer.write(done, "train", metrics)
         last_metrics = metrics
       if done % train.eval_every == 0 or is_last:
-        eval_metrics = self.evaluate(state["params"])
+        eval_metrics = self.evaluate(state["params"], state.get("frozen"))
         extras = self.data.eval_extras()
         eval_metrics.update(extras)
         logging.info("eval step %d  %s%s", done, self._format(

@@ -1,5 +1,9 @@
 """Export a training checkpoint as a Hugging Face directory.
 
+BertForPreTraining for BERT runs; the run's objective picks another family
+(objective.name=albert: AlbertForPreTraining; distil: the student as
+DistilBertForMaskedLM).
+
   python tools/convert_to_hf.py WORKDIR OUT [--step N]
   python tools/convert_to_hf.py --workdir WORKDIR --output OUT [--step N]
 

@@ -8,3 +8,6 @@
 "What is at this path" (workdir, step, imported, HF dir, TF checkpoint) is
 ``bert_jax.pretrained``.
 """
+
+# Families beyond BERT register their tables on import.
+from bert_jax.hf import families  # noqa: E402,F401  pylint: disable=g-import-not-at-top

@@ -56,6 +56,10 @@ def hf_config_from_model_config(model_config, *, pad_token_id: int = 0,
   """Our model config -> an HF config dict (config.json); `architectures`
   defaults to the class the family exports."""
   fam = mapping.get(family)
+  if fam.config_to_hf is not None:  # Not a BertConfig (ALBERT, DistilBERT).
+    cfg = fam.config_to_hf(model_config, pad_token_id)
+    cfg.update(extra or {})
+    return cfg
   cfg = {"architectures": list(architectures or (fam.export_architecture,)),
          "model_type": fam.model_type}
   for f in MODEL_FIELDS:
@@ -75,8 +79,11 @@ def hf_config_from_model_config(model_config, *, pad_token_id: int = 0,
 
 
 def model_config_from_hf_config(hf_config: Mapping[str, Any]):
-  """An HF BertConfig dict (or Google bert_config.json) -> our model config."""
+  """An HF config dict (or Google bert_config.json) -> our model config."""
   from bert_jax import config_lib
+  fam = mapping.by_model_type(hf_config.get("model_type", "bert"))
+  if fam.config_from_hf is not None:
+    return fam.config_from_hf(hf_config)
   cfg = config_lib.model_config("base")
   for f in MODEL_FIELDS:
     if f in hf_config:

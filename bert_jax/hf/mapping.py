@@ -70,6 +70,12 @@ class Family:
   sentence_heads: tuple[str, ...] = ()
   # (model_config, label_names) -> extra config.json entries, or None.
   config_fields: Callable | None = None
+  # Model config field counting the "{i}" blocks (ALBERT: its shared groups).
+  blocks_field: str = "num_hidden_layers"
+  # Config.json conversion for families whose config is not BertConfig:
+  # (model_config, pad_token_id) -> dict, and dict -> our model config.
+  config_to_hf: Callable | None = None
+  config_from_hf: Callable | None = None
 
   def table(self, num_layers: int) -> list[Row]:
     """The rows with "{i}" expanded for `num_layers` encoder layers."""
@@ -129,6 +135,24 @@ def for_hf_config(hf_config: Mapping[str, Any] | None) -> Family:
         fam.model_type == model_type):
       return fam
   return get(model_type) if model_type in FAMILIES else get()
+def by_model_type(model_type: str) -> Family:
+  """The family whose config.json says model_type=`model_type`."""
+  for fam in FAMILIES.values():
+    if fam.model_type == model_type:
+      return fam
+  raise ValueError(f"config.json model_type={model_type!r}: only "
+                   f"{sorted(f.model_type for f in FAMILIES.values())} "
+                   "checkpoints can be imported.")
+
+
+def family_of_params(params: Mapping[str, Any]) -> str:
+  """The family whose table names exactly this param tree's leaves
+  ("bert" when none does, so that BERT's errors stay BERT's)."""
+  keys = set(flatten_params(params))
+  for name, fam in FAMILIES.items():
+    if keys == {r.ours for r in fam.table(num_layers_of(params, name))}:
+      return name
+  return "bert"
 
 
 # --------------------------------------------------------------------------
@@ -364,7 +388,7 @@ def from_hf_state_dict(state_dict: Mapping[str, Any], model_config, *,
   Raises ValueError naming the tensor and the config field on a shape mismatch.
   """
   fam = get(family)
-  n_layers = int(model_config.num_hidden_layers)
+  n_layers = int(model_config[fam.blocks_field])
   rows = fam.table(n_layers)
   by_hf = {r.hf: (r.ours, r.transpose_hf) for r in rows}
   by_tf = {r.tf: (r.ours, r.transpose_tf) for r in rows if r.tf}
@@ -419,8 +443,8 @@ def from_hf_state_dict(state_dict: Mapping[str, Any], model_config, *,
   stray = [k for k in report.skipped if any(p.search(k) for p in patterns)]
   if stray:
     raise ValueError(
-        f"The source has encoder layers beyond model.num_hidden_layers="
-        f"{n_layers} (e.g. {stray[0]}); set num_hidden_layers to match.")
+        f"The source has encoder layers beyond model.{fam.blocks_field}="
+        f"{n_layers} (e.g. {stray[0]}); set {fam.blocks_field} to match.")
 
   shapes = expected_shapes(model_config, family)
   for ours, arr in found.items():

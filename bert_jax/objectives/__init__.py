@@ -42,13 +42,28 @@ class Objective:
   metrics: Callable[..., dict]
   # (label on the log line, metric name) printed on every step line.
   log_keys: tuple[tuple[str, str], ...] = (("loss", "loss"),)
+  # Optional params held fixed while training, e.g. a distillation teacher:
+  # (config, rngs) -> nnx.Module. They live in the train state as
+  # state["frozen"], sharded by the same logical rules, with no gradient and
+  # no optimizer state; loss_sums then gets the merged module as `frozen=`.
+  make_frozen: Callable[..., Any] | None = None
+  # Optional start of a new run: (config, params, frozen) -> (params, frozen),
+  # nested dicts of host arrays (e.g. load the teacher, copy its layers into
+  # the student). Not called on resume: the checkpoint holds both.
+  warm_start: Callable[..., Any] | None = None
+  # Optional Hugging Face export of the trained model: (config) -> (family
+  # name in bert_jax.hf.mapping, model config of the exported model).
+  # None: BERT's ("bert", config.model).
+  hf_export: Callable[..., Any] | None = None
 
 
 # name -> module defining OBJECTIVE; imported on first use.
 _MODULES = {
+    "albert": "bert_jax.objectives.albert",
     "bert": "bert_jax.objectives.bert",
     "classify": "bert_jax.objectives.classify",
     "electra": "bert_jax.objectives.electra",
+    "distil": "bert_jax.objectives.distil",
 }
 
 

@@ -1,0 +1,190 @@
+"""DistilBERT (Sanh et al. 2019): a smaller student trained to mimic a BERT.
+
+``config.model`` is the TEACHER's architecture (a BERT this project loads:
+a pretraining workdir, an imported or a Hugging Face directory, named by
+``objective.teacher``). The student is the same BERT with
+``objective.student_layers`` layers, no segment embeddings and no pooler
+(``model.BertForMaskedLM`` with type_vocab_size 0: DistilBERT's layout),
+initialized from the teacher's embeddings, MLM head and evenly spaced layers
+(12 -> 6 takes 0, 2, 4, 7, 9, 11, as the reference's extract_distilbert.py).
+
+The teacher lives in the train state as ``state["frozen"]`` (sharded by the
+same logical rules, no gradient, no optimizer state) and runs inside the same
+jitted step. Loss, as the reference distiller.py with the published weights:
+  alpha_ce  * T^2 * soft-target cross-entropy(student/T, teacher/T) on the
+              masked positions (KL up to the teacher's entropy: same gradient)
++ alpha_mlm * masked-LM cross-entropy on the true tokens
++ alpha_cos * (1 - cos(student, teacher last hidden state)) on real tokens.
+``objective.teacher="random"`` uses a randomly initialized teacher (tests,
+smoke runs only).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from absl import logging
+
+from bert_jax import features
+from bert_jax import model as model_lib
+from bert_jax.objectives import Objective, safe_div
+from bert_jax.objectives import bert
+
+RANDOM_TEACHER = "random"
+
+
+def student_config(config) -> ml_collections.ConfigDict:
+  """The student's model group: the teacher's with fewer layers, no segment
+  table (DistilBERT's architecture; hf/families.py exports it)."""
+  mc = config.model.copy_and_resolve_references()
+  mc.num_hidden_layers = int(config.objective.student_layers)
+  mc.type_vocab_size = 0
+  return mc
+
+
+def student_layer_map(teacher_layers: int, student_layers: int) -> list[int]:
+  """Teacher layer copied into each student layer: evenly spaced, first and
+  last included (12 -> 6: [0, 2, 4, 7, 9, 11])."""
+  return [int(round(x)) for x in np.linspace(0, teacher_layers - 1,
+                                             student_layers)]
+
+
+def make_model(config, rngs):
+  return model_lib.BertForMaskedLM(student_config(config), rngs=rngs)
+
+
+def make_teacher(config, rngs):
+  return model_lib.BertForPreTraining(config.model, rngs=rngs)
+
+
+def feature_spec(config):
+  del config
+  return features.PRETRAINING
+
+
+def load_teacher(config) -> dict:
+  """Teacher params (host arrays) from `objective.teacher`, any BERT that
+  `bert_jax.pretrained` resolves; its architecture must equal config.model
+  (a ValueError names the differing field)."""
+  from bert_jax import pretrained  # pylint: disable=g-import-not-at-top
+  source = pretrained.resolve(config.objective.teacher)
+  if source.family != "bert":
+    raise ValueError(f"objective.teacher={config.objective.teacher} is a "
+                     f"{source.family!r} model; the teacher must be a BERT.")
+  params, report = pretrained.load_params(source, config.model,
+                                          seed=config.train.seed)
+  if report.fresh:
+    logging.warning("The teacher %s lacks %s (initialized randomly): its "
+                    "soft targets are noise without a trained MLM head.",
+                    config.objective.teacher, report.fresh)
+  logging.info("Distillation teacher: %s", report.summary())
+  return params
+
+
+def warm_start(config, params, frozen):
+  """Load the teacher; initialize the student from it."""
+  del params
+  if config.objective.teacher == RANDOM_TEACHER:
+    logging.warning("objective.teacher=%r: the teacher is randomly "
+                    "initialized (for tests and smoke runs only).",
+                    RANDOM_TEACHER)
+  else:
+    frozen = load_teacher(config)
+  return student_from_teacher(config, frozen), frozen
+
+
+def student_from_teacher(config, teacher: dict) -> dict:
+  """Student params copied from a BertForPreTraining param tree."""
+  t_bert = teacher["bert"]
+  emb = {k: v for k, v in t_bert["embeddings"].items()
+         if k != "token_type_embeddings"}
+  layers = {i: t_bert["layers"][j] for i, j in enumerate(student_layer_map(
+      int(config.model.num_hidden_layers),
+      int(config.objective.student_layers)))}
+  return {"bert": {"embeddings": emb, "layers": layers},
+          "mlm_head": teacher["mlm_head"]}
+
+
+def distill_sums(s_logits, t_logits, weights, temperature: float) -> dict:
+  """Sums over weighted masked positions of the soft-target cross-entropy
+  (x T^2), and of the KL(teacher || student) at temperature 1."""
+  s32, t32 = s_logits.astype(jnp.float32), t_logits.astype(jnp.float32)
+  logp_s = jax.nn.log_softmax(s32 / temperature, axis=-1)
+  p_t = jax.nn.softmax(t32 / temperature, axis=-1)
+  ce = -jnp.sum(p_t * logp_s, axis=-1) * temperature ** 2
+  logp_s1, logp_t1 = jax.nn.log_softmax(s32, -1), jax.nn.log_softmax(t32, -1)
+  kl = jnp.sum(jnp.exp(logp_t1) * (logp_t1 - logp_s1), axis=-1)
+  return dict(distill_ce=jnp.sum(ce * weights), teacher_kl=jnp.sum(kl * weights))
+
+
+def cosine_sums(s_seq, t_seq, input_mask) -> dict:
+  """Sum over real tokens of 1 - cos(student, teacher) last hidden states."""
+  s32, t32 = s_seq.astype(jnp.float32), t_seq.astype(jnp.float32)
+  eps = 1e-8  # torch.nn.CosineEmbeddingLoss's.
+  cos = jnp.sum(s32 * t32, -1) / jnp.sqrt(
+      jnp.sum(s32 * s32, -1) * jnp.sum(t32 * t32, -1) + eps)
+  m = input_mask.astype(jnp.float32)
+  return dict(cos_loss=jnp.sum((1.0 - cos) * m), token_count=jnp.sum(m))
+
+
+def loss_sums(model, batch, rng, deterministic: bool, config, *,
+              frozen) -> dict:
+  s = bert.forward(model, batch, rng, deterministic)
+  t = frozen(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
+             batch["masked_lm_positions"], deterministic=True)
+  t_logits = jax.lax.stop_gradient(t["mlm_logits"])
+  t_seq = jax.lax.stop_gradient(t["sequence_output"])
+  return {**bert.mlm_sums(s["mlm_logits"], batch),
+          **distill_sums(s["mlm_logits"], t_logits,
+                         batch["masked_lm_weights"],
+                         float(config.objective.temperature)),
+          **cosine_sums(s["sequence_output"], t_seq, batch["input_mask"])}
+
+
+def counts(batch, config) -> dict:
+  del config
+  return dict(mlm_weight=jnp.sum(batch["masked_lm_weights"]),
+              token_count=jnp.sum(batch["input_mask"].astype(jnp.float32)))
+
+
+def _means(sums, counts_) -> dict:
+  n = counts_["mlm_weight"]
+  return dict(distill_ce=safe_div(sums["distill_ce"], n),
+              mlm_loss=safe_div(sums["mlm_loss"], n),
+              cos_loss=safe_div(sums["cos_loss"], counts_["token_count"]),
+              teacher_kl=safe_div(sums["teacher_kl"], n),
+              mlm_accuracy=safe_div(sums["mlm_correct"], n))
+
+
+def loss(sums, counts_, config):
+  o, m = config.objective, _means(sums, counts_)
+  return (o.alpha_ce * m["distill_ce"] + o.alpha_mlm * m["mlm_loss"]
+          + o.alpha_cos * m["cos_loss"])
+
+
+def metrics(sums, counts_, config) -> dict:
+  return dict(_means(sums, counts_), loss=loss(sums, counts_, config))
+
+
+def export_student(out_dir: str, params, config, *, tokenizer=None) -> list:
+  """Write the student as a Hugging Face DistilBertForMaskedLM directory
+  (plus tokenizer files when `tokenizer` is a tokenizer_files.TokenizerSpec);
+  returns the files written."""
+  from bert_jax.hf import checkpoint_io  # pylint: disable=g-import-not-at-top
+  return checkpoint_io.save_hf_model(out_dir, params, student_config(config),
+                                     tokenizer=tokenizer, family="distilbert")
+
+
+def hf_export(config):
+  """The student, as DistilBertForMaskedLM."""
+  return "distilbert", student_config(config)
+
+
+OBJECTIVE = Objective(
+    name="distil", make_model=make_model, feature_spec=feature_spec,
+    loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
+    log_keys=(("loss", "loss"), ("mlm_acc", "mlm_accuracy"),
+              ("ce", "distill_ce"), ("kl", "teacher_kl"), ("cos", "cos_loss")),
+    make_frozen=make_teacher, warm_start=warm_start, hf_export=hf_export)
