@@ -212,15 +212,22 @@ def document_to_lines(doc: tf.Tensor) -> tf.Tensor:
 
 
 def python_lines(source: Source, data_dir: str = "", text_key: str = "text",
-                 limit: Optional[int] = None) -> Iterator[str]:
-  """Non-blank lines of a source, streamed in Python (for tokenizer training)."""
+                 limit: Optional[int] = None,
+                 max_line_bytes: Optional[int] = None) -> Iterator[str]:
+  """Non-blank lines of a source, streamed in Python (for tokenizer training).
+
+  Like the pipeline (examples.ExampleBuilder): a line is cut to its first
+  ``max_line_bytes`` bytes, then invalid UTF-8 is replaced; blank lines are
+  skipped.
+  """
   n = 0
+  cut = slice(0, max_line_bytes)
   if source.kind == TEXT:
     files, _ = resolve_text_files(source)
     for path in files:
       with tf.io.gfile.GFile(path, "rb") as f:
         for raw in f:
-          line = raw.decode("utf-8", errors="replace").strip()
+          line = raw[cut].decode("utf-8", errors="replace").strip()
           if line:
             yield line
             n += 1
@@ -231,7 +238,7 @@ def python_lines(source: Source, data_dir: str = "", text_key: str = "text",
         tf.autograph.experimental.do_not_convert(document_to_lines))
     for lines in ds.as_numpy_iterator():
       for raw in lines:
-        line = raw.decode("utf-8", errors="replace")
+        line = raw[cut].decode("utf-8", errors="replace").strip()
         if line:
           yield line
           n += 1

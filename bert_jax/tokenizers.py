@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import os
 import time
 from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence
@@ -211,10 +212,14 @@ def load(path: str, kind: str, lower_case: bool = True) -> Tokenizer:
 
 def train_sentencepiece(sentences: Iterator[str], vocab_size: int,
                         lower_case: bool = True,
-                        model_type: str = "unigram") -> bytes:
+                        model_type: str = "unigram",
+                        max_line_bytes: int = 16384) -> bytes:
   """Trains a SentencePiece model; returns the serialized model proto.
 
   ``hard_vocab_limit=False``: a small corpus yields fewer pieces than asked.
+  SentencePiece silently drops sentences over ``max_sentence_length`` bytes;
+  it is set above ``max_line_bytes`` (the cut of :func:`training_sentences`,
+  plus the bytes of a replaced partial character) so none is dropped.
   """
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
   buf = io.BytesIO()
@@ -229,7 +234,7 @@ def train_sentencepiece(sentences: Iterator[str], vocab_size: int,
       pad_piece="[PAD]", unk_piece="[UNK]",
       user_defined_symbols=["[CLS]", "[SEP]", "[MASK]"],
       normalization_rule_name="nmt_nfkc_cf" if lower_case else "nmt_nfkc",
-      max_sentence_length=16384,
+      max_sentence_length=max(16384, int(max_line_bytes) + 8),
       shuffle_input_sentence=True,
       num_threads=os.cpu_count() or 1,
       minloglevel=2,
@@ -276,11 +281,22 @@ def default_filename(kind: str) -> str:
 
 
 def train(kind: str, sentences: Iterator[str], vocab_size: int,
-          lower_case: bool, path: str) -> Tokenizer:
-  """Trains a tokenizer of ``kind`` and writes it (atomically) to ``path``."""
+          lower_case: bool, path: str, max_line_bytes: int = 16384
+          ) -> Tokenizer:
+  """Trains a tokenizer of ``kind`` and writes it (atomically) to ``path``.
+
+  The first sentence is read before anything else happens, so an unusable
+  corpus (:func:`training_sentences` raises) writes nothing.
+  """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  sentences = iter(sentences)
+  first = next(sentences, None)
+  if first is None:
+    raise ValueError("No sentences to train a tokenizer on.")
+  sentences = itertools.chain([first], sentences)
   if kind == SENTENCEPIECE:
-    data = train_sentencepiece(sentences, vocab_size, lower_case)
+    data = train_sentencepiece(sentences, vocab_size, lower_case,
+                               max_line_bytes=max_line_bytes)
   elif kind == WORDPIECE:
     vocab = train_wordpiece(sentences, vocab_size, lower_case)
     data = "".join(p + "\n" for p in vocab).encode("utf-8")
@@ -323,15 +339,29 @@ def training_sentences(data: ml_collections.ConfigDict, workdir: Optional[str],
                        limit: Optional[int] = None,
                        plan: Optional[data_sources.SourcePlan] = None
                        ) -> Iterator[str]:
-  """Lines of the training sources for tokenizer training, weight-shared."""
+  """Lines of the training sources for tokenizer training, weight-shared.
+
+  Cleaned as the pipeline cleans them: cut to ``data.max_line_bytes``, blank
+  lines skipped. Raises ValueError naming the sources when no line is left.
+  """
   limit = limit or int(data.get("tokenizer_train_sentences", 2_000_000))
   from bert_jax import data_sources  # TensorFlow's gfile: when training.
   plan = plan or data_sources.plan(data, workdir)
   total = sum(s.weight for s in plan.train)
+  n = 0
   for s in plan.train:
-    yield from data_sources.python_lines(
+    for line in data_sources.python_lines(
         s, data.get("tfds_data_dir", ""), data.get("tfds_text_key", "text"),
-        limit=max(1, int(limit * s.weight / total)))
+        limit=max(1, int(limit * s.weight / total)),
+        max_line_bytes=int(data.get("max_line_bytes", 65536))):
+      n += 1
+      yield line
+  if not n:
+    raise ValueError(
+        "No text to train a tokenizer on: every line of "
+        f"{'; '.join(str(s) for s in plan.train)} is blank. Point "
+        "data.sources at text files with one sentence per line, or set "
+        "data.tokenizer_path to an existing tokenizer.")
 
 
 def load_tokenizer(data: ml_collections.ConfigDict,
@@ -365,7 +395,8 @@ def load_tokenizer(data: ml_collections.ConfigDict,
       t0 = time.time()
       train(data.tokenizer_type,
             training_sentences(data, workdir, plan=plan),
-            data.tokenizer_vocab_size, data.lower_case, path)
+            data.tokenizer_vocab_size, data.lower_case, path,
+            max_line_bytes=int(data.max_line_bytes))
       logging.info("Tokenizer trained in %.1fs.", time.time() - t0)
     else:
       deadline = time.time() + 3600
