@@ -192,7 +192,16 @@ def load(path: str, kind: str, lower_case: bool = True) -> Tokenizer:
     raise ValueError(f"data.tokenizer_path={path!r} does not exist.")
   if kind == SENTENCEPIECE:
     with tf.io.gfile.GFile(path, "rb") as f:
-      return SentencePieceTokenizer(f.read(), path=path)
+      proto = f.read()
+    try:
+      return SentencePieceTokenizer(proto, path=path)
+    except Exception as e:  # pylint: disable=broad-except
+      # A truncated or foreign file fails deep in SentencePiece / tf_text.
+      raise ValueError(
+          f"{path} is not a readable SentencePiece model (truncated, "
+          "damaged or another kind of file); point data.tokenizer_path at a .model file written by SentencePiece "
+          "(or tools/train_tokenizer.py), or set "
+          "data.tokenizer_type='wordpiece' for a vocab.txt.") from e
   if kind == WORDPIECE:
     with tf.io.gfile.GFile(path, "r") as f:
       vocab = [line.rstrip("\n").rstrip("\r") for line in f]

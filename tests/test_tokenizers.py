@@ -139,3 +139,17 @@ def test_tokenizer_training_cuts_long_lines_like_the_pipeline(tmp_path):
   c.data.max_line_bytes = 1000  # cut to the first 1,000 bytes, as in training
   assert list(tokenizers.training_sentences(c.data, str(tmp_path))) == [
       line.encode()[:1000].decode().strip()]
+
+
+def test_corrupt_sentencepiece_model_is_one_error_naming_it(corpus, tmp_path):
+  _, sents = corpus
+  good = tokenizers.train_sentencepiece(iter(sents), 200)
+  for name, data in [("truncated.model", good[:len(good) // 2]),
+                     ("text.model", b"not a model\n" * 20)]:
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(ValueError) as e:
+      tokenizers.load(str(path), tokenizers.SENTENCEPIECE)
+    assert str(e.value).startswith(
+        f"{path} is not a readable SentencePiece model"), e.value
+    assert "data.tokenizer_path" in str(e.value)

@@ -24,7 +24,23 @@ from bert_jax import pretrained
 from bert_jax.hf import checkpoint_io
 
 
+def _no_checkpoint_yet(workdir: str) -> bool:
+  """An existing directory with no committed checkpoints/<step>/state."""
+  if "://" in workdir or not os.path.isdir(workdir):
+    return False
+  ckpts = os.path.join(workdir, "checkpoints")
+  return not (os.path.isdir(ckpts) and any(
+      d.isdigit() and os.path.isdir(os.path.join(ckpts, d, "state"))
+      for d in os.listdir(ckpts)))
+
+
 def convert(workdir: str, output: str, step: int | None = None) -> list[str]:
+  if step is None and _no_checkpoint_yet(workdir):
+    raise FileNotFoundError(
+        f"--workdir={workdir} has no checkpoint yet (no committed "
+        "checkpoints/<step>/): train until the first save "
+        "(checkpoint.save_every_steps) or pass the workdir of a run that "
+        "saved one.")
   source = pretrained.resolve(workdir, step)
   model_config = pretrained.load_model_config(source)
   params, _ = pretrained.load_params(source, model_config)
@@ -42,7 +58,11 @@ def main(argv=None) -> int:
   parser.add_argument("--output", required=True)
   args = parser.parse_args(argv)
   logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-  written = convert(args.workdir, args.output, args.step)
+  try:
+    written = convert(args.workdir, args.output, args.step)
+  except (ValueError, OSError) as e:  # A wrong path or step: one sentence.
+    print(f"error: {e}", file=sys.stderr)
+    return 1
   print(f"Wrote {args.output}: {', '.join(written)}")
   return 0
 
