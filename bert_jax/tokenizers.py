@@ -357,6 +357,8 @@ def training_sentences(data: ml_collections.ConfigDict, workdir: Optional[str],
   from bert_jax import data_sources  # TensorFlow's gfile: when training.
   plan = plan or data_sources.plan(data, workdir)
   total = sum(s.weight for s in plan.train)
+  for s in plan.train:  # Binary input: stop before reading millions of lines.
+    data_sources.check_usable(s, int(data.get("max_line_bytes", 65536)))
   n = 0
   for s in plan.train:
     for line in data_sources.python_lines(

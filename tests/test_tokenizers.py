@@ -153,3 +153,19 @@ def test_corrupt_sentencepiece_model_is_one_error_naming_it(corpus, tmp_path):
     assert str(e.value).startswith(
         f"{path} is not a readable SentencePiece model"), e.value
     assert "data.tokenizer_path" in str(e.value)
+
+
+def test_train_tokenizer_tool_on_binary_corpus_names_it(tmp_path):
+  import numpy as np
+  path = tmp_path / "random.bin"
+  path.write_bytes(np.random.default_rng(0).bytes(100_000))
+  r = run_tool(
+      "train_tokenizer.py",
+      f"--config={os.path.join(ROOT, 'bert_jax', 'config_lib.py')}:tiny",
+      f"--config.data.train_files={path}",
+      f"--output={tmp_path / 'tok' / 'spm.model'}",
+      f"--workdir={tmp_path / 'w'}", timeout=300)
+  lines = failure_lines(r)
+  assert "yields no usable sentences" in lines[-1], lines
+  assert str(path) in lines[-1], lines
+  assert not (tmp_path / "tok").exists()
