@@ -351,28 +351,31 @@ def training_sentences(data: ml_collections.ConfigDict, workdir: Optional[str],
   """Lines of the training sources for tokenizer training, weight-shared.
 
   Cleaned as the pipeline cleans them: cut to ``data.max_line_bytes``, blank
-  lines skipped. Raises ValueError naming the sources when no line is left.
+  lines skipped. Checked before it returns (so before a tokenizer is
+  trained or anything written): a binary source, or sources where every line
+  is blank, raise ValueError naming them.
   """
   limit = limit or int(data.get("tokenizer_train_sentences", 2_000_000))
+  max_line_bytes = int(data.get("max_line_bytes", 65536))
   from bert_jax import data_sources  # TensorFlow's gfile: when training.
   plan = plan or data_sources.plan(data, workdir)
   total = sum(s.weight for s in plan.train)
   for s in plan.train:  # Binary input: stop before reading millions of lines.
-    data_sources.check_usable(s, int(data.get("max_line_bytes", 65536)))
-  n = 0
-  for s in plan.train:
-    for line in data_sources.python_lines(
-        s, data.get("tfds_data_dir", ""), data.get("tfds_text_key", "text"),
-        limit=max(1, int(limit * s.weight / total)),
-        max_line_bytes=int(data.get("max_line_bytes", 65536))):
-      n += 1
-      yield line
-  if not n:
+    data_sources.check_usable(s, max_line_bytes)
+  lines = itertools.chain.from_iterable(
+      data_sources.python_lines(
+          s, data.get("tfds_data_dir", ""), data.get("tfds_text_key", "text"),
+          limit=max(1, int(limit * s.weight / total)),
+          max_line_bytes=max_line_bytes)
+      for s in plan.train)
+  first = next(lines, None)
+  if first is None:
     raise ValueError(
         "No text to train a tokenizer on: every line of "
         f"{'; '.join(str(s) for s in plan.train)} is blank. Point "
         "data.sources at text files with one sentence per line, or set "
         "data.tokenizer_path to an existing tokenizer.")
+  return itertools.chain([first], lines)
 
 
 def load_tokenizer(data: ml_collections.ConfigDict,
@@ -401,11 +404,11 @@ def load_tokenizer(data: ml_collections.ConfigDict,
   path = cache_path(data, workdir, plan)
   if not tf.io.gfile.exists(path):
     if _process_index() == 0:
+      sentences = training_sentences(data, workdir, plan=plan)  # checks first
       logging.info("Training a %s tokenizer (vocab %d) into %s",
                    data.tokenizer_type, data.tokenizer_vocab_size, path)
       t0 = time.time()
-      train(data.tokenizer_type,
-            training_sentences(data, workdir, plan=plan),
+      train(data.tokenizer_type, sentences,
             data.tokenizer_vocab_size, data.lower_case, path,
             max_line_bytes=int(data.max_line_bytes))
       logging.info("Tokenizer trained in %.1fs.", time.time() - t0)

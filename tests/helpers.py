@@ -162,3 +162,10 @@ def failure_lines(result, max_lines: int = 3) -> list[str]:
            if ln.strip() and not NOT_OURS.match(ln)]
   assert 0 < len(lines) <= max_lines, lines
   return lines
+
+
+def written_files(workdir) -> list[str]:
+  """Files a run left in `workdir`, less its lock (which outlives a run)."""
+  return sorted(os.path.relpath(os.path.join(root, f), workdir)
+                for root, _, files in os.walk(workdir) for f in files
+                if f != ".workdir_lock.json")

@@ -169,3 +169,23 @@ def test_train_tokenizer_tool_on_binary_corpus_names_it(tmp_path):
   assert "yields no usable sentences" in lines[-1], lines
   assert str(path) in lines[-1], lines
   assert not (tmp_path / "tok").exists()
+
+
+@pytest.mark.parametrize("case", ["corrupt_model", "blank_corpus"])
+def test_training_run_on_bad_tokenizer_input_is_one_error(tmp_path, case):
+  from tests.helpers import run_main, written_files
+  if case == "corrupt_model":
+    bad = tmp_path / "spm.model"
+    bad.write_bytes(b"\x0a\x05[PAD]" + bytes(range(200)))
+    flag = f"--config.data.tokenizer_path={bad}"
+    expected = f"error: {bad} is not a readable SentencePiece model"
+  else:
+    bad = tmp_path / "blank.txt"
+    bad.write_text(" \n\n\t\n" * 100)
+    flag = f"--config.data.train_files={bad}"
+    expected = "error: No text to train a tokenizer on: every line of"
+  r = run_main(tmp_path / "w", flag, "--config.train.num_steps=2",
+               timeout=300)
+  lines = failure_lines(r)
+  assert lines[-1].startswith(expected) and str(bad) in lines[-1], lines
+  assert written_files(tmp_path / "w") == []
