@@ -289,7 +289,10 @@ def _check_nonempty(config, tok, plan: data_sources.SourcePlan,
     sources, quick = plan.train, not plan.holds_out
   else:
     sources, quick = plan.eval, not plan.eval_from_train
-  field = "data.sources" if mode == "train" else "data.eval_sources"
+  field = (("data.sources" if config.data.get("sources", "") else
+            "data.train_files") if mode == "train" or plan.eval_from_train
+           else ("data.eval_sources" if config.data.get("eval_sources", "")
+                 else "data.eval_files"))
   for source in sources:
     data_sources.check_usable(source, int(config.data.max_line_bytes), field)
   if quick and _looks_nonempty(sources, tok, process_index, process_count):

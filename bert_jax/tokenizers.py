@@ -360,8 +360,9 @@ def training_sentences(data: ml_collections.ConfigDict, workdir: Optional[str],
   from bert_jax import data_sources  # TensorFlow's gfile: when training.
   plan = plan or data_sources.plan(data, workdir)
   total = sum(s.weight for s in plan.train)
+  field = "data.sources" if data.get("sources", "") else "data.train_files"
   for s in plan.train:  # Binary input: stop before reading millions of lines.
-    data_sources.check_usable(s, max_line_bytes)
+    data_sources.check_usable(s, max_line_bytes, field)
   lines = itertools.chain.from_iterable(
       data_sources.python_lines(
           s, data.get("tfds_data_dir", ""), data.get("tfds_text_key", "text"),
