@@ -49,13 +49,33 @@ class DataIterator:
     if st is not None:
       for k, v in zip(examples.STATS, st.tolist()):
         self.stats[k] += int(v)
-      bad = sum(self.stats[k] for k in examples.STATS[1:5])
-      if self._batches == 1 or (bad > self._logged_bad and
-                                self._batches % 1000 == 0):
-        self._logged_bad = bad
+      b = self._batches
+      if b in (1, 10, 100) or b % 1000 == 0:
         logging.info("Data (process %d) so far: %s", self.process_index,
                      ", ".join(f"{k}={v}" for k, v in self.stats.items()))
+        self._check_health()
     return out
+
+  # Lines the pipeline had to repair or skip, warned about above this share.
+  BAD_LINE_FRACTION = 0.01
+  sources = "the training data"  # What the warning names (set by the maker).
+
+  def _check_health(self) -> None:
+    """Warns once when invalid, cut or blank lines exceed 1% of lines read."""
+    lines = self.stats["lines"]
+    bad = {k: self.stats[k] for k in
+           ("invalid_utf8_lines", "long_lines", "blank_lines")}
+    if self._logged_bad or not lines or (
+        max(bad.values()) <= self.BAD_LINE_FRACTION * lines):
+      return
+    self._logged_bad = 1
+    logging.warning(
+        "Data (process %d): of %d lines read from %s, %s; those lines are "
+        "trained on repaired (U+FFFD), cut to data.max_line_bytes or skipped. "
+        "Check the files are UTF-8 text, one sentence per line.",
+        self.process_index, lines, self.sources,
+        ", ".join(f"{v} ({100 * v / lines:.1f}%) {k.replace('_lines', '')}"
+                  for k, v in bad.items() if v))
 
   def _path(self, directory: str) -> str:
     return os.path.join(directory, f"process_{self.process_index}")

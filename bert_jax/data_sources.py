@@ -11,6 +11,7 @@ memory; text is read line by line by tf.data.
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import os
 import re
@@ -212,15 +213,22 @@ def document_to_lines(doc: tf.Tensor) -> tf.Tensor:
 
 
 def python_lines(source: Source, data_dir: str = "", text_key: str = "text",
-                 limit: Optional[int] = None) -> Iterator[str]:
-  """Non-blank lines of a source, streamed in Python (for tokenizer training)."""
+                 limit: Optional[int] = None,
+                 max_line_bytes: Optional[int] = None) -> Iterator[str]:
+  """Non-blank lines of a source, streamed in Python (for tokenizer training).
+
+  Like the pipeline (examples.ExampleBuilder): a line is cut to its first
+  ``max_line_bytes`` bytes, then invalid UTF-8 is replaced; blank lines are
+  skipped.
+  """
   n = 0
+  cut = slice(0, max_line_bytes)
   if source.kind == TEXT:
     files, _ = resolve_text_files(source)
     for path in files:
       with tf.io.gfile.GFile(path, "rb") as f:
         for raw in f:
-          line = raw.decode("utf-8", errors="replace").strip()
+          line = raw[cut].decode("utf-8", errors="replace").strip()
           if line:
             yield line
             n += 1
@@ -231,9 +239,52 @@ def python_lines(source: Source, data_dir: str = "", text_key: str = "text",
         tf.autograph.experimental.do_not_convert(document_to_lines))
     for lines in ds.as_numpy_iterator():
       for raw in lines:
-        line = raw.decode("utf-8", errors="replace")
+        line = raw[cut].decode("utf-8", errors="replace").strip()
         if line:
           yield line
           n += 1
           if limit is not None and n >= limit:
             return
+
+
+def _is_text(raw: bytes, max_line_bytes: Optional[int]) -> bool:
+  """UTF-8 (a character cut at max_line_bytes allowed) with a word in it."""
+  decoder = codecs.getincrementaldecoder("utf-8")()
+  try:
+    line = decoder.decode(raw[:max_line_bytes], final=False)
+  except UnicodeDecodeError:
+    return False
+  return any(a.isalnum() and b.isalnum() for a, b in zip(line, line[1:]))
+
+
+def check_usable(source: Source, max_line_bytes: Optional[int] = None,
+                 field: str = "data.sources", sample: int = 256,
+                 min_fraction: float = 0.05) -> None:
+  """Raises ValueError when a text source holds (almost) no text.
+
+  Reads the first `sample` non-empty lines of the source's files; fewer than
+  `min_fraction` of them being UTF-8 with a word in it means binary or
+  wrongly encoded input, which would otherwise train on replacement
+  characters without a word. TFDS sources are not checked.
+  """
+  if source.kind != TEXT:
+    return
+  files, _ = resolve_text_files(source, field)
+  n = good = 0
+  for path in files:
+    with tf.io.gfile.GFile(path, "rb") as f:
+      for raw in f:
+        if not raw.strip():
+          continue
+        n += 1
+        good += _is_text(raw, max_line_bytes)
+        if n >= sample:
+          break
+    if n >= sample:
+      break
+  if n and good < min_fraction * n:
+    raise ValueError(
+        f"{field}: {source} yields no usable sentences: {good} of the first "
+        f"{n} lines of {files[0] if len(files) == 1 else f'its {len(files)} files'} "
+        "are UTF-8 text (the rest invalid UTF-8, e.g. a binary file); point it "
+        "at UTF-8 text files with one sentence per line.")

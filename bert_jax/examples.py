@@ -34,7 +34,7 @@ from bert_jax import tokenizers
 
 NSP, SOP, PACKED = config_lib.NSP, config_lib.SOP, config_lib.PACKED
 # Per-block counters carried alongside examples under STATS_KEY: a [C, 7]
-# int32 tensor whose first row holds the block's counts (the iterator sums).
+# int32 tensor whose rows sum to the block's counts (the iterator sums).
 STATS = ("lines", "invalid_utf8_lines", "long_lines", "long_sentences",
          "blank_lines", "documents", "examples")
 STATS_KEY = "_stats"
@@ -161,9 +161,15 @@ class ExampleBuilder:
         tf.reduce_sum(tf.cast(long_line, tf.int32)),
         tf.reduce_sum(tf.cast(long_sent & keep, tf.int32)),
         tf.reduce_sum(tf.cast(blank, tf.int32)), ndocs, c])
-    # The block's counts ride on its first example (summed downstream).
-    first_row = tf.cast(tf.equal(tf.range(c), 0), tf.int32)[:, None]
-    out[STATS_KEY] = first_row * stats[None, :]
+    # The block's counts ride on its examples, shared out evenly (row i gets
+    # s // c, plus 1 for i < s % c): they sum to the block's counts, and any
+    # batch, the first one too, carries its share of the lines behind it.
+    # A block with no example carries none (a source of such blocks is
+    # stopped at startup by data_sources.check_usable).
+    cc = tf.maximum(c, 1)
+    row = tf.range(c)[:, None]
+    out[STATS_KEY] = (stats[None, :] // cc +
+                      tf.cast(row < (stats % cc)[None, :], tf.int32))
     return out
 
   def _assemble(self, flat, a_start, na, b_start, nb, labels,

@@ -18,6 +18,7 @@ when the text has several masks).
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from typing import Any
 
@@ -62,16 +63,25 @@ class FillMask:
     graphdef, state = nnx.split(model)
     self._state = state
 
+    # The embedding table may be padded past the tokenizer's pieces (a
+    # vocab_size rounded up, or a small corpus's SentencePiece model): those
+    # rows are no token, so they get no probability (logits -inf).
+    self.vocab_size = min(int(model_config.vocab_size),
+                          int(tokenizer.tokenizer.get_vocab_size()))
+    self.max_positions = int(model_config.max_position_embeddings)
+    n = self.vocab_size
+
     @jax.jit
     def logits_fn(state, ids, mask, seg):
       model = nnx.merge(graphdef, state)
       out = model(ids, mask, seg, deterministic=True)
-      return jax.nn.softmax(out["mlm_logits"].astype(jax.numpy.float32),
+      logits = out["mlm_logits"].astype(jax.numpy.float32)
+      real = jax.numpy.arange(logits.shape[-1]) < n
+      return jax.nn.softmax(jax.numpy.where(real, logits, -jax.numpy.inf),
                             axis=-1)
 
     self._probs = logits_fn
     self.tokenizer = tokenizer
-    self.vocab_size = int(model_config.vocab_size)
 
   def _decode(self, ids, skip_special_tokens: bool) -> str:
     text = self.tokenizer.tokenizer.decode(
@@ -81,15 +91,45 @@ class FillMask:
         text = text.replace(a, b)
     return text
 
+  def _window(self, ids, seg, mask_id):
+    """The model's max_position_embeddings tokens around the masks.
+
+    Keeps the first and last token ([CLS], [SEP]) and the text tokens
+    centred on the [MASK] span, with a warning (transformers' pipeline
+    raises instead); a span wider than the model's positions is an error.
+    """
+    n, room = ids.shape[1], self.max_positions - 2
+    body = np.flatnonzero(ids[0, 1:-1] == mask_id)
+    first, last = int(body[0]), int(body[-1])
+    if last - first + 1 > room:
+      raise ValueError(
+          f"The {self.tokenizer.mask_token} tokens are {last - first + 1} "
+          f"tokens apart, more than the model's {self.max_positions} "
+          "positions (max_position_embeddings) hold: shorten the text.")
+    start = first - (room - (last - first + 1)) // 2
+    start = max(0, min(start, n - 2 - room))
+    keep = np.r_[0, np.arange(1 + start, 1 + start + room), n - 1]
+    logging.getLogger(__name__).warning(
+        "The text is %d tokens, more than the model's %d positions "
+        "(max_position_embeddings): predicting from tokens %d-%d, around "
+        "the %s.", n, self.max_positions, start + 1, start + room,
+        self.tokenizer.mask_token)
+    return ids[:, keep], seg[:, keep]
+
   def __call__(self, text: str, top_k: int = 5) -> list:
     tok = self.tokenizer
     enc = tok.tokenizer.encode(text)
     ids = np.asarray([enc.ids], np.int32)
-    mask_id = tok.mask_token_id
-    positions = np.flatnonzero(ids[0] == mask_id)
-    if not len(positions):
-      raise ValueError(f"No {tok.mask_token} token in the text: {text!r}")
     seg = np.asarray([enc.type_ids], np.int32)
+    mask_id = tok.mask_token_id
+    if not np.any(ids[0] == mask_id):
+      raise ValueError(
+          f"The text has no {tok.mask_token} token: put {tok.mask_token} "
+          f"where the word to predict goes, e.g. \"Paris is the "
+          f"{tok.mask_token} of France.\"")
+    if ids.shape[1] > self.max_positions:
+      ids, seg = self._window(ids, seg, mask_id)
+    positions = np.flatnonzero(ids[0] == mask_id)
     probs = np.asarray(self._probs(self._state, ids, np.ones_like(ids), seg))
     top_k = min(top_k, self.vocab_size)
     single = len(positions) == 1
@@ -143,9 +183,13 @@ def main(argv: list[str] | None = None) -> int:
                       help="Print the HF pipeline-shaped list as JSON.")
   parser.add_argument("text", nargs="+", help="Text with [MASK] tokens.")
   args = parser.parse_args(argv)
-  runner = FillMask(*load(args.model, args.step))
   texts = args.text
-  outputs: list[Any] = [runner(t, args.top_k) for t in texts]
+  try:
+    runner = FillMask(*load(args.model, args.step))
+    outputs: list[Any] = [runner(t, args.top_k) for t in texts]
+  except (ValueError, OSError) as e:  # A wrong --model or text: one line.
+    print(f"error: {e}", file=sys.stderr)
+    return 1
   if args.json:
     print(json.dumps(outputs[0] if len(outputs) == 1 else outputs))
   else:

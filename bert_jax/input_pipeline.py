@@ -290,6 +290,12 @@ def _check_nonempty(config, tok, plan: data_sources.SourcePlan,
     sources, quick = plan.train, not plan.holds_out
   else:
     sources, quick = plan.eval, not plan.eval_from_train
+  field = (("data.sources" if config.data.get("sources", "") else
+            "data.train_files") if mode == "train" or plan.eval_from_train
+           else ("data.eval_sources" if config.data.get("eval_sources", "")
+                 else "data.eval_files"))
+  for source in sources:
+    data_sources.check_usable(source, int(config.data.max_line_bytes), field)
   if quick and _looks_nonempty(sources, tok, process_index, process_count):
     return
   probe = example_dataset(config, tok, plan, process_index, process_count,
@@ -318,7 +324,10 @@ def create_train_iterator(config, tok, workdir, process_index: int = 0,
   _check_nonempty(config, tok, plan, process_index, process_count, "train")
   ds = make_dataset(config, tok, plan, process_index=process_index,
                     process_count=process_count, mode="train")
-  return data_iterator.DataIterator(ds, process_index)
+  it = data_iterator.DataIterator(ds, process_index)
+  it.sources = ("the demo corpus" if plan.uses_demo else
+                "; ".join(map(str, plan.train)))
+  return it
 
 
 @dataclasses.dataclass(frozen=True)

@@ -88,7 +88,15 @@ def resolve(path: str, step: int | None = None) -> Source:
     raise FileNotFoundError(f"{path} does not exist.")
   if _is_ours(path):
     from bert_jax import checkpointing
-    step_dir, chosen = checkpointing.resolve_step_dir(path, step)
+    try:
+      step_dir, chosen = checkpointing.resolve_step_dir(path, step)
+    except FileNotFoundError as e:
+      if step is not None or "available: []" not in str(e):
+        raise
+      raise FileNotFoundError(
+          f"{path} has no checkpoint yet (no committed checkpoints/<step>/): "
+          "train until the first save (checkpoint.save_every_steps) or pass "
+          "the workdir of a run that saved one.") from e
     workdir = os.path.dirname(os.path.dirname(step_dir))
     kind = STEP if os.path.basename(path).isdigit() else WORKDIR
     config = ml_collections.ConfigDict(

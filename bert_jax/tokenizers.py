@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import os
 import time
 from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence
@@ -191,7 +192,16 @@ def load(path: str, kind: str, lower_case: bool = True) -> Tokenizer:
     raise ValueError(f"data.tokenizer_path={path!r} does not exist.")
   if kind == SENTENCEPIECE:
     with tf.io.gfile.GFile(path, "rb") as f:
-      return SentencePieceTokenizer(f.read(), path=path)
+      proto = f.read()
+    try:
+      return SentencePieceTokenizer(proto, path=path)
+    except Exception as e:  # pylint: disable=broad-except
+      # A truncated or foreign file fails deep in SentencePiece / tf_text.
+      raise ValueError(
+          f"{path} is not a readable SentencePiece model (truncated, "
+          "damaged or another kind of file); point data.tokenizer_path at a .model file written by SentencePiece "
+          "(or tools/train_tokenizer.py), or set "
+          "data.tokenizer_type='wordpiece' for a vocab.txt.") from e
   if kind == WORDPIECE:
     with tf.io.gfile.GFile(path, "r") as f:
       vocab = [line.rstrip("\n").rstrip("\r") for line in f]
@@ -211,10 +221,14 @@ def load(path: str, kind: str, lower_case: bool = True) -> Tokenizer:
 
 def train_sentencepiece(sentences: Iterator[str], vocab_size: int,
                         lower_case: bool = True,
-                        model_type: str = "unigram") -> bytes:
+                        model_type: str = "unigram",
+                        max_line_bytes: int = 16384) -> bytes:
   """Trains a SentencePiece model; returns the serialized model proto.
 
   ``hard_vocab_limit=False``: a small corpus yields fewer pieces than asked.
+  SentencePiece silently drops sentences over ``max_sentence_length`` bytes;
+  it is set above ``max_line_bytes`` (the cut of :func:`training_sentences`,
+  plus the bytes of a replaced partial character) so none is dropped.
   """
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
   buf = io.BytesIO()
@@ -229,7 +243,7 @@ def train_sentencepiece(sentences: Iterator[str], vocab_size: int,
       pad_piece="[PAD]", unk_piece="[UNK]",
       user_defined_symbols=["[CLS]", "[SEP]", "[MASK]"],
       normalization_rule_name="nmt_nfkc_cf" if lower_case else "nmt_nfkc",
-      max_sentence_length=16384,
+      max_sentence_length=max(16384, int(max_line_bytes) + 8),
       shuffle_input_sentence=True,
       num_threads=os.cpu_count() or 1,
       minloglevel=2,
@@ -276,11 +290,22 @@ def default_filename(kind: str) -> str:
 
 
 def train(kind: str, sentences: Iterator[str], vocab_size: int,
-          lower_case: bool, path: str) -> Tokenizer:
-  """Trains a tokenizer of ``kind`` and writes it (atomically) to ``path``."""
+          lower_case: bool, path: str, max_line_bytes: int = 16384
+          ) -> Tokenizer:
+  """Trains a tokenizer of ``kind`` and writes it (atomically) to ``path``.
+
+  The first sentence is read before anything else happens, so an unusable
+  corpus (:func:`training_sentences` raises) writes nothing.
+  """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  sentences = iter(sentences)
+  first = next(sentences, None)
+  if first is None:
+    raise ValueError("No sentences to train a tokenizer on.")
+  sentences = itertools.chain([first], sentences)
   if kind == SENTENCEPIECE:
-    data = train_sentencepiece(sentences, vocab_size, lower_case)
+    data = train_sentencepiece(sentences, vocab_size, lower_case,
+                               max_line_bytes=max_line_bytes)
   elif kind == WORDPIECE:
     vocab = train_wordpiece(sentences, vocab_size, lower_case)
     data = "".join(p + "\n" for p in vocab).encode("utf-8")
@@ -323,15 +348,35 @@ def training_sentences(data: ml_collections.ConfigDict, workdir: Optional[str],
                        limit: Optional[int] = None,
                        plan: Optional[data_sources.SourcePlan] = None
                        ) -> Iterator[str]:
-  """Lines of the training sources for tokenizer training, weight-shared."""
+  """Lines of the training sources for tokenizer training, weight-shared.
+
+  Cleaned as the pipeline cleans them: cut to ``data.max_line_bytes``, blank
+  lines skipped. Checked before it returns (so before a tokenizer is
+  trained or anything written): a binary source, or sources where every line
+  is blank, raise ValueError naming them.
+  """
   limit = limit or int(data.get("tokenizer_train_sentences", 2_000_000))
+  max_line_bytes = int(data.get("max_line_bytes", 65536))
   from bert_jax import data_sources  # TensorFlow's gfile: when training.
   plan = plan or data_sources.plan(data, workdir)
   total = sum(s.weight for s in plan.train)
-  for s in plan.train:
-    yield from data_sources.python_lines(
-        s, data.get("tfds_data_dir", ""), data.get("tfds_text_key", "text"),
-        limit=max(1, int(limit * s.weight / total)))
+  field = "data.sources" if data.get("sources", "") else "data.train_files"
+  for s in plan.train:  # Binary input: stop before reading millions of lines.
+    data_sources.check_usable(s, max_line_bytes, field)
+  lines = itertools.chain.from_iterable(
+      data_sources.python_lines(
+          s, data.get("tfds_data_dir", ""), data.get("tfds_text_key", "text"),
+          limit=max(1, int(limit * s.weight / total)),
+          max_line_bytes=max_line_bytes)
+      for s in plan.train)
+  first = next(lines, None)
+  if first is None:
+    raise ValueError(
+        "No text to train a tokenizer on: every line of "
+        f"{'; '.join(str(s) for s in plan.train)} is blank. Point "
+        "data.sources at text files with one sentence per line, or set "
+        "data.tokenizer_path to an existing tokenizer.")
+  return itertools.chain([first], lines)
 
 
 def load_tokenizer(data: ml_collections.ConfigDict,
@@ -361,12 +406,13 @@ def load_tokenizer(data: ml_collections.ConfigDict,
   path = cache_path(data, workdir, plan)
   if not tf.io.gfile.exists(path):
     if _process_index() == 0:
+      sentences = training_sentences(data, workdir, plan=plan)  # checks first
       logging.info("Training a %s tokenizer (vocab %d) into %s",
                    data.tokenizer_type, data.tokenizer_vocab_size, path)
       t0 = time.time()
-      train(data.tokenizer_type,
-            training_sentences(data, workdir, plan=plan),
-            data.tokenizer_vocab_size, data.lower_case, path)
+      train(data.tokenizer_type, sentences,
+            data.tokenizer_vocab_size, data.lower_case, path,
+            max_line_bytes=int(data.max_line_bytes))
       logging.info("Tokenizer trained in %.1fs.", time.time() - t0)
     else:
       deadline = time.time() + 3600

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -146,3 +147,25 @@ def import_tool(name: str):
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
   return module
+
+
+# Lines of TF / XLA start-up chatter that are not ours.
+NOT_OURS = re.compile(r"^(WARNING: All log messages|I0000|E0000|W0000)")
+
+
+def failure_lines(result, max_lines: int = 3) -> list[str]:
+  """The lines a user reads of a failed command: asserts a non-zero exit, no
+  traceback and at most `max_lines` lines of its own on stderr."""
+  assert result.returncode != 0, (result.stdout[-2000:], result.stderr[-2000:])
+  assert "Traceback" not in result.stderr, result.stderr[-3000:]
+  lines = [ln for ln in result.stderr.splitlines()
+           if ln.strip() and not NOT_OURS.match(ln)]
+  assert 0 < len(lines) <= max_lines, lines
+  return lines
+
+
+def written_files(workdir) -> list[str]:
+  """Files a run left in `workdir`, less its lock (which outlives a run)."""
+  return sorted(os.path.relpath(os.path.join(root, f), workdir)
+                for root, _, files in os.walk(workdir) for f in files
+                if f != ".workdir_lock.json")

@@ -131,3 +131,52 @@ def test_vocab_txt_only_directory(exported, tmp_path):
   os.remove(os.path.join(d, "tokenizer_config.json"))
   assert fill_mask.fill_mask(d, TEXTS[1]) == fill_mask.fill_mask(
       exported["out"], TEXTS[1])
+
+
+def test_padded_vocab_rows_are_never_predicted(exported):
+  """An embedding table padded past the tokenizer: those ids are no token."""
+  params, model_config, tok = fill_mask.load(exported["out"])
+  n = tok.tokenizer.get_vocab_size()
+  assert int(model_config.vocab_size) == n
+  flat = {k: np.asarray(v) for k, v in
+          mapping.flatten_params(params).items()}
+  pad = 8
+  for k, v in flat.items():  # word embeddings and the MLM bias: vocab rows
+    if v.shape[0] == n:
+      flat[k] = np.concatenate([v, np.zeros((pad,) + v.shape[1:], v.dtype)])
+  # Padded rows that would win every prediction if they were not masked.
+  flat["mlm_head.bias"][n:] = 100.0
+  padded = model_config.copy_and_resolve_references()
+  padded.vocab_size = n + pad
+  runner = fill_mask.FillMask(mapping.unflatten_params(flat), padded, tok)
+  rows = runner(TEXTS[0], top_k=n + pad)
+  assert len(rows) == n and all(r["token"] < n for r in rows)
+  np.testing.assert_allclose(sum(r["score"] for r in rows), 1.0, rtol=1e-5)
+  assert rows[0]["token_str"] != ""
+
+
+def test_text_longer_than_the_model_keeps_the_mask(exported, caplog):
+  runner = fill_mask.FillMask(*fill_mask.load(exported["out"]))
+  words = " ".join(f"word{i}" for i in range(120))
+  text = f"{words} the [MASK] returns a list of values. {words}"
+  assert len(runner.tokenizer.tokenizer.encode(text).ids) > 64
+  with caplog.at_level("WARNING"):
+    rows = runner(text, top_k=3)
+  assert len(rows) == 3 and all("returns a list" in r["sequence"]
+                                for r in rows)
+  assert "more than the model's 64 positions" in caplog.text
+  too_far = f"[MASK] {words} [MASK]"
+  with pytest.raises(ValueError, match="max_position_embeddings"):
+    runner(too_far)
+
+
+def test_cli_errors_are_one_line(exported, tmp_path):
+  import subprocess
+  import sys
+  from tests.helpers import child_env, failure_lines
+  r = subprocess.run(
+      [sys.executable, "-m", "bert_jax.fill_mask", "--model", exported["out"],
+       "No mask here."], env=child_env(), capture_output=True, text=True,
+      timeout=300)
+  (line,) = failure_lines(r)
+  assert line.startswith("error: The text has no [MASK] token"), line

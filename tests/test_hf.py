@@ -491,3 +491,24 @@ def test_import_google_tf_checkpoint(tmp_path):
   run(["tools/convert_from_hf.py", "--model", str(ckpt_dir), "--output", out])
   again, _ = pretrained.load_params(out, cfg)
   assert_trees_identical(params, again)
+
+
+def test_converters_on_wrong_directories_say_what_they_expected(tmp_path):
+  """No traceback, one line naming the directory, nothing written."""
+  empty = tmp_path / "empty"
+  (tmp_path / "run" / "checkpoints").mkdir(parents=True)  # never saved
+  empty.mkdir()
+  r = helpers.run_tool("convert_from_hf.py", "--model", str(empty),
+                       "--output", str(tmp_path / "imported"), timeout=300)
+  (line,) = helpers.failure_lines(r)
+  assert f"--model={empty} is not a Hugging Face BERT directory" in line
+  assert "config.json" in line and "it holds nothing" in line, line
+  for workdir in (tmp_path / "run", empty):
+    r = helpers.run_tool("convert_to_hf.py", "--workdir", str(workdir),
+                         "--output", str(tmp_path / "hf"), timeout=300)
+    (line,) = helpers.failure_lines(r)
+    assert line == (f"error: --workdir={workdir} has no checkpoint yet (no "
+                    "committed checkpoints/<step>/): train until the first "
+                    "save (checkpoint.save_every_steps) or pass the workdir "
+                    "of a run that saved one."), line
+  assert sorted(os.listdir(tmp_path)) == ["empty", "run"]

@@ -518,3 +518,78 @@ def test_traced_stages_and_eval_batches_are_cached(uniq, tmp_path):
   assert e1[0] is not e2[0] and e1[0]["input_ids"] is e2[0]["input_ids"]
   c.data.num_eval_batches = 1
   assert len(ip.create_eval_batches(c, tok, wd)) == 1
+
+
+def _corpus_with_bad_lines(uniq, path, every=10):
+  """The first 300 documents, every `every`-th line with an invalid byte."""
+  lines = []
+  for doc in uniq["docs"][:300]:
+    lines.extend(s.encode() for s in doc)
+    lines.append(b"")
+  for i in range(0, len(lines), every):
+    if lines[i]:
+      lines[i] = lines[i] + b" \xff"
+  path.write_bytes(b"\n".join(lines) + b"\n")
+  return sum(1 for l in lines if b"\xff" in l), len(lines)
+
+
+def test_data_counters_are_real_from_the_first_batch(uniq, tmp_path, caplog):
+  tok = uniq["tok"]
+  path = tmp_path / "some_bad.txt"
+  n_bad, _ = _corpus_with_bad_lines(uniq, path)
+  c = make_config(str(path), tok.path)  # shuffled (buffer 64), 256-line blocks
+  it = ip.create_train_iterator(c, tok, str(tmp_path))
+  with caplog.at_level("INFO"):
+    next(it)
+  # Every example carries its share of its block's counts (they used to ride
+  # on the block's first example only, so the first batch read all zeros).
+  assert it.stats["examples"] == 16 and it.stats["lines"] > 0, it.stats
+  assert 0 < it.stats["invalid_utf8_lines"] < it.stats["lines"], it.stats
+  warnings = [r.getMessage() for r in caplog.records
+              if r.levelname == "WARNING" and "lines read from" in
+              r.getMessage()]
+  assert len(warnings) == 1, caplog.text[-2000:]
+  assert str(path) in warnings[0] and "invalid_utf8" in warnings[0]
+  assert "Data (process 0) so far: lines=" in caplog.text
+  for _ in range(9):
+    next(it)
+  assert it.stats["examples"] == 160
+  # The shares of one epoch add up to the corpus' own counts.
+  plan = data_sources.plan(c.data, str(tmp_path))
+  ds = ip.example_dataset(c, tok, plan, epochs=1)
+  total = sum(ex[examples.STATS_KEY].numpy().sum(0) for ex in ds.batch(4096))
+  st = dict(zip(examples.STATS, total.tolist()))
+  assert st["invalid_utf8_lines"] == n_bad, st
+
+
+def test_clean_data_gives_no_warning(uniq, tmp_path, caplog):
+  c = make_config(uniq["glob"], uniq["tok"].path)
+  it = ip.create_train_iterator(c, uniq["tok"], str(tmp_path))
+  with caplog.at_level("WARNING"):
+    for _ in range(10):
+      next(it)
+  assert "lines read from" not in caplog.text
+
+
+def test_binary_source_is_one_error_naming_it(uniq, tmp_path):
+  tok = uniq["tok"]
+  (tmp_path / "good.txt").write_text("\n".join(uniq["docs"][0]) + "\n")
+  path = tmp_path / "random.bin"
+  path.write_bytes(np.random.default_rng(0).bytes(200_000))
+  c = make_config(f"{tmp_path / 'good.txt'};{path}", tok.path)
+  c.data.sources, c.data.train_files = c.data.train_files, ""
+  with pytest.raises(ValueError, match="yields no usable sentences") as e:
+    ip.create_train_iterator(c, tok, str(tmp_path))
+  assert str(path) in str(e.value) and "good.txt" not in str(e.value)
+
+
+def test_training_run_on_binary_corpus_is_one_error(tmp_path):
+  from tests.helpers import failure_lines, run_main, written_files
+  path = tmp_path / "random.bin"
+  path.write_bytes(np.random.default_rng(1).bytes(100_000))
+  r = run_main(tmp_path / "w", f"--config.data.train_files={path}",
+               "--config.train.num_steps=2", timeout=300)
+  lines = failure_lines(r)
+  assert "yields no usable sentences" in lines[-1], lines
+  assert str(path) in lines[-1], lines
+  assert written_files(tmp_path / "w") == []

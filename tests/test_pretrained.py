@@ -137,6 +137,11 @@ def test_missing_or_unknown_path_is_one_clear_error(tmp_path):
   empty.mkdir()
   with pytest.raises(FileNotFoundError, match=f"{empty} is none of"):
     pretrained.resolve(str(empty))
+  # A run that has not saved yet (fill_mask --model on it): says so.
+  (tmp_path / "fresh" / "checkpoints").mkdir(parents=True)
+  with pytest.raises(FileNotFoundError,
+                     match=f"{tmp_path / 'fresh'} has no checkpoint yet"):
+    pretrained.resolve(str(tmp_path / "fresh"))
 
 
 # -----------------------------------------------------------------------------

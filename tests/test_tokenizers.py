@@ -8,6 +8,7 @@ import tensorflow as tf
 from bert_jax import config_lib
 from bert_jax import demo_corpus
 from bert_jax import tokenizers
+from tests.helpers import failure_lines
 from tests.helpers import run_tool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -100,3 +101,91 @@ def test_train_tokenizer_tool(corpus, tmp_path):
   assert r.returncode == 0, r.stderr[-3000:]
   tok = tokenizers.load(out, tokenizers.WORDPIECE)
   assert 100 < tok.vocab_size <= 300 and not tok.missing_special_tokens
+
+
+def test_train_tokenizer_tool_on_blank_corpus_says_so(tmp_path):
+  # Before: SentencePiece's internal "!sentences_.empty()" and a traceback.
+  blank = tmp_path / "blank.txt"
+  blank.write_text("\n   \n\t\n" * 200)
+  out = tmp_path / "tok" / "spm.model"
+  r = run_tool(
+      "train_tokenizer.py",
+      f"--config={os.path.join(ROOT, 'bert_jax', 'config_lib.py')}:tiny",
+      f"--config.data.train_files={blank}",
+      "--config.data.tokenizer_vocab_size=300", f"--output={out}",
+      f"--workdir={tmp_path / 'w'}", timeout=300)
+  lines = failure_lines(r)
+  assert str(blank) in lines[-1] and "blank" in lines[-1], lines
+  assert not (tmp_path / "tok").exists()  # nothing written
+
+
+def test_tokenizer_training_cuts_long_lines_like_the_pipeline(tmp_path):
+  # One 20,000-byte line: longer than SentencePiece's default 16,384-byte
+  # limit, which dropped it and then failed with "!sentences_.empty()".
+  words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta"]
+  line = " ".join(words[i % 7] + str(i % 13) for i in range(3000))[:19_999] + "x"
+  assert len(line.encode()) == 20_000
+  path = tmp_path / "long.txt"
+  path.write_text("\n\n" + line + "\n   \n")
+  c = config_lib.get_config("tiny")
+  c.data.train_files = str(path)
+  sents = list(tokenizers.training_sentences(c.data, str(tmp_path)))
+  assert sents == [line]  # blank lines skipped, 20,000 < max_line_bytes
+  tok = tokenizers.train(
+      tokenizers.SENTENCEPIECE,
+      tokenizers.training_sentences(c.data, str(tmp_path)), 64, True,
+      str(tmp_path / "spm.model"), max_line_bytes=int(c.data.max_line_bytes))
+  assert tok.vocab_size > 5 + 7 and tok.mask_id == 4
+  c.data.max_line_bytes = 1000  # cut to the first 1,000 bytes, as in training
+  assert list(tokenizers.training_sentences(c.data, str(tmp_path))) == [
+      line.encode()[:1000].decode().strip()]
+
+
+def test_corrupt_sentencepiece_model_is_one_error_naming_it(corpus, tmp_path):
+  _, sents = corpus
+  good = tokenizers.train_sentencepiece(iter(sents), 200)
+  for name, data in [("truncated.model", good[:len(good) // 2]),
+                     ("text.model", b"not a model\n" * 20)]:
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(ValueError) as e:
+      tokenizers.load(str(path), tokenizers.SENTENCEPIECE)
+    assert str(e.value).startswith(
+        f"{path} is not a readable SentencePiece model"), e.value
+    assert "data.tokenizer_path" in str(e.value)
+
+
+def test_train_tokenizer_tool_on_binary_corpus_names_it(tmp_path):
+  import numpy as np
+  path = tmp_path / "random.bin"
+  path.write_bytes(np.random.default_rng(0).bytes(100_000))
+  r = run_tool(
+      "train_tokenizer.py",
+      f"--config={os.path.join(ROOT, 'bert_jax', 'config_lib.py')}:tiny",
+      f"--config.data.train_files={path}",
+      f"--output={tmp_path / 'tok' / 'spm.model'}",
+      f"--workdir={tmp_path / 'w'}", timeout=300)
+  lines = failure_lines(r)
+  assert "yields no usable sentences" in lines[-1], lines
+  assert str(path) in lines[-1], lines
+  assert not (tmp_path / "tok").exists()
+
+
+@pytest.mark.parametrize("case", ["corrupt_model", "blank_corpus"])
+def test_training_run_on_bad_tokenizer_input_is_one_error(tmp_path, case):
+  from tests.helpers import run_main, written_files
+  if case == "corrupt_model":
+    bad = tmp_path / "spm.model"
+    bad.write_bytes(b"\x0a\x05[PAD]" + bytes(range(200)))
+    flag = f"--config.data.tokenizer_path={bad}"
+    expected = f"error: {bad} is not a readable SentencePiece model"
+  else:
+    bad = tmp_path / "blank.txt"
+    bad.write_text(" \n\n\t\n" * 100)
+    flag = f"--config.data.train_files={bad}"
+    expected = "error: No text to train a tokenizer on: every line of"
+  r = run_main(tmp_path / "w", flag, "--config.train.num_steps=2",
+               timeout=300)
+  lines = failure_lines(r)
+  assert lines[-1].startswith(expected) and str(bad) in lines[-1], lines
+  assert written_files(tmp_path / "w") == []

@@ -31,8 +31,22 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json",
                     "special_tokens_map.json", "vocab.txt", "spiece.model")
 
 
+def _expected(model: str) -> str:
+  found = sorted(os.listdir(model))[:5] if os.path.isdir(model) else []
+  return (f"--model={model} is not a Hugging Face BERT directory "
+          "(config.json with model.safetensors, sharded safetensors or "
+          "pytorch_model.bin) nor a Google TF checkpoint directory "
+          "(bert_config.json + bert_model.ckpt.index); it holds "
+          f"{', '.join(found) if found else 'nothing'}.")
+
+
 def convert(model: str, output: str, seed: int = 0) -> mapping.ImportReport:
-  source = pretrained.resolve(model)
+  try:
+    source = pretrained.resolve(model)
+  except FileNotFoundError as e:
+    if not os.path.isdir(model):
+      raise
+    raise FileNotFoundError(_expected(model)) from e
   if source.kind not in (pretrained.HF, pretrained.TF):
     raise ValueError(f"--model={model} is a {source.kind} source, not a "
                      "Hugging Face directory or TF checkpoint; it needs no "
@@ -72,7 +86,11 @@ def main(argv=None) -> int:
   parser.add_argument("--seed", type=int, default=0,
                       help="Seed for heads initialized fresh.")
   args = parser.parse_args(argv)
-  report = convert(args.model, args.output, args.seed)
+  try:
+    report = convert(args.model, args.output, args.seed)
+  except (ValueError, OSError) as e:  # A wrong directory: one sentence.
+    print(f"error: {e}", file=sys.stderr)
+    return 1
   print(report.summary())
   print(f"Wrote {args.output}")
   return 0

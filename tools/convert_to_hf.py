@@ -56,7 +56,11 @@ def main(argv=None) -> int:
     parser.error("give WORKDIR and OUT (positionally or as --workdir, "
                  "--output), once each.")
   logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-  written = convert(args.workdir, args.output, args.step)
+  try:
+    written = convert(args.workdir, args.output, args.step)
+  except (ValueError, OSError) as e:  # A wrong path or step: one sentence.
+    print(f"error: {e}", file=sys.stderr)
+    return 1
   print(f"Wrote {args.output}: {', '.join(written)}")
   return 0
 

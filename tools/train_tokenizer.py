@@ -11,6 +11,8 @@ tokenizers.load_tokenizer looks for its cache, so a training run with the
 same config and workdir picks it up; otherwise point data.tokenizer_path at it.
 """
 
+import sys
+
 from absl import app
 from absl import flags
 from absl import logging
@@ -30,10 +32,15 @@ def main(argv):
   out = _OUTPUT.value or tokenizers.cache_path(data, _WORKDIR.value)
   logging.info("Training %s (vocab %d) -> %s", data.tokenizer_type,
                data.tokenizer_vocab_size, out)
-  tok = tokenizers.train(
-      data.tokenizer_type,
-      tokenizers.training_sentences(data, _WORKDIR.value),
-      data.tokenizer_vocab_size, data.lower_case, out)
+  try:
+    tok = tokenizers.train(
+        data.tokenizer_type,
+        tokenizers.training_sentences(data, _WORKDIR.value),
+        data.tokenizer_vocab_size, data.lower_case, out,
+        max_line_bytes=int(data.max_line_bytes))
+  except (ValueError, OSError) as e:  # A bad corpus or path: one sentence.
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(1)
   print(f"Wrote {out}: {tok!r}")
   if tok.missing_special_tokens:
     print(f"WARNING: missing special tokens {tok.missing_special_tokens}")

@@ -90,7 +90,15 @@ def _sentencepiece_tokenizer(model_path: str, lower_case: bool):
   from tokenizers import pre_tokenizers
   proto = sp_pb2.ModelProto()
   with open(model_path, "rb") as f:
-    proto.ParseFromString(f.read())
+    data = f.read()
+  try:
+    proto.ParseFromString(data)
+  except Exception as e:  # pylint: disable=broad-except
+    raise ValueError(f"{model_path} is not a readable SentencePiece model "
+                     "(truncated, damaged or another kind of file).") from e
+  if not proto.pieces:
+    raise ValueError(f"{model_path} is not a readable SentencePiece model "
+                     "(no pieces).")
   # Piece types: 1 normal, 2 unknown, 3 control, 4 user defined, 6 byte.
   vocab = {p.piece: i for i, p in enumerate(proto.pieces)}
   byte_fallback = proto.trainer_spec.byte_fallback
