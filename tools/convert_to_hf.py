@@ -36,7 +36,23 @@ import sys
 from bert_jax import export
 
 
+def _no_checkpoint_yet(workdir: str) -> bool:
+  """An existing directory with no committed checkpoints/<step>/state."""
+  if "://" in workdir or not os.path.isdir(workdir):
+    return False
+  ckpts = os.path.join(workdir, "checkpoints")
+  return not (os.path.isdir(ckpts) and any(
+      d.isdigit() and os.path.isdir(os.path.join(ckpts, d, "state"))
+      for d in os.listdir(ckpts)))
+
+
 def convert(workdir: str, output: str, step: int | None = None) -> list[str]:
+  if step is None and _no_checkpoint_yet(workdir):
+    raise FileNotFoundError(
+        f"--workdir={workdir} has no checkpoint yet (no committed "
+        "checkpoints/<step>/): train until the first save "
+        "(checkpoint.save_every_steps) or pass the workdir of a run that "
+        "saved one.")
   return export.export_run(workdir, output, step)
 
 
