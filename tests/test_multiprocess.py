@@ -53,6 +53,7 @@ def worker(process_id: int, num_processes: int, port: int, workdir: str,
                                num_processes=num_processes,
                                process_id=process_id)
   from bert_jax import checkpointing
+  from bert_jax import config_checks
   from bert_jax import sharding
   from bert_jax import train
 
@@ -61,7 +62,8 @@ def worker(process_id: int, num_processes: int, port: int, workdir: str,
     config = tiny_config(data=1, fsdp=2, tensor=2, dcn_data=2)
   else:
     config = tiny_config(data=2, fsdp=2, tensor=2)
-  train.validate_config(config, jax.device_count())
+  config_checks.validate(config, jax.device_count(), jax.process_count(),
+                         check_sources=False)
   mesh = sharding.make_mesh(config.mesh)
   programs = train.Programs(config, mesh)
   rows = local_rows(programs.batch_sharding, BATCH)
