@@ -35,24 +35,21 @@ import json
 import os
 import re
 import time
-import uuid
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
+from bert_jax import checkpoint_checks
+from bert_jax.checkpoint_checks import CheckpointMismatchError
+
 STATE, DATA, META = "state", "data", "meta"
 ITEMS = (STATE, DATA, META)
 CORRUPT_DIR = "checkpoints_corrupt"
-
-
-class CheckpointMismatchError(ValueError):
-  """The checkpoint's tree does not fit this config's model/optimizer."""
 
 
 class CheckpointSaveError(OSError):
@@ -89,119 +86,6 @@ class DataIteratorSave(ocp.args.CheckpointArgs):
 @dataclasses.dataclass
 class DataIteratorRestore(ocp.args.CheckpointArgs):
   iterator: Any
-
-
-# ------------------------------------------------------------------------------
-# Tree paths, shape checks and finiteness.
-# ------------------------------------------------------------------------------
-def _key_str(k) -> str:
-  for attr in ("key", "name", "idx"):
-    if hasattr(k, attr):
-      return str(getattr(k, attr))
-  return str(k)
-
-
-def path_str(path) -> str:
-  """('params', 'bert', 0, ...) key path -> 'params/bert/0/...'.
-
-  Orbax stores namedtuple fields and int keys as strings; this form is the
-  same for the stored tree and for the live one.
-  """
-  return "/".join(_key_str(k) for k in path)
-
-
-def _flat(tree) -> dict[str, Any]:
-  leaves = jax.tree_util.tree_flatten_with_path(
-      tree, is_leaf=lambda x: x is None)[0]
-  return {path_str(p): v for p, v in leaves if v is not None}
-
-
-def _shape(x) -> tuple:
-  return tuple(getattr(x, "shape", ()) or ())
-
-
-def config_differences(stored: dict | None, current) -> list[str]:
-  """Model/optimizer fields that differ between a stored config and `current`."""
-  if not stored or current is None:
-    return []
-  current = current.to_dict() if hasattr(current, "to_dict") else dict(current)
-  out = []
-  for group, fields in (("model", None), ("train", ("optimizer",))):
-    a, b = stored.get(group, {}) or {}, current.get(group, {}) or {}
-    for f in sorted(set(a) | set(b)):
-      if fields is not None and f not in fields:
-        continue
-      if a.get(f) != b.get(f):
-        out.append(f"{group}.{f}: {a.get(f)!r} in the checkpoint, "
-                   f"{b.get(f)!r} in this config")
-  return out
-
-
-def check_compatible(stored_tree, target_tree, *, source: str,
-                     stored_config: dict | None = None,
-                     current_config=None, hint: str = "") -> None:
-  """Raise CheckpointMismatchError naming paths and both shapes on mismatch."""
-  stored, target = _flat(stored_tree), _flat(target_tree)
-  problems = []
-  for p, t in target.items():
-    if p not in stored:
-      problems.append(f"{p} (shape {_shape(t)}) is missing from the checkpoint")
-    elif _shape(stored[p]) != _shape(t):
-      problems.append(f"{p} has shape {_shape(stored[p])} in the checkpoint "
-                      f"but {_shape(t)} in this config")
-  for p in stored:
-    if p not in target:
-      problems.append(f"{p} (shape {_shape(stored[p])}) is in the checkpoint "
-                      "but not in this config's model")
-  if not problems:
-    return
-  # Shape mismatches first: they name the config field most directly.
-  problems.sort(key=lambda s: ("has shape" not in s,
-                               not s.startswith("params/")))
-  msg = (f"Checkpoint {source} does not match this config: {problems[0]}")
-  if len(problems) > 1:
-    msg += f" (and {len(problems) - 1} more: {'; '.join(problems[1:4])}"
-    msg += "; ...)" if len(problems) > 4 else ")"
-  diffs = config_differences(stored_config, current_config)
-  if diffs:
-    msg += ". Config fields that differ: " + "; ".join(diffs)
-  msg += "." + (f" {hint}" if hint else "")
-  raise CheckpointMismatchError(msg)
-
-
-def _all_finite(x) -> bool:
-  """NaN/Inf check on this process's shards, on the host (no compile)."""
-  if isinstance(x, jax.Array):
-    return all(np.isfinite(np.asarray(s.data)).all()
-               for s in x.addressable_shards if s.replica_id == 0)
-  return bool(np.isfinite(np.asarray(x)).all())
-
-
-@jax.jit
-def _device_finite(leaves):
-  return jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])
-
-
-def nonfinite_paths(tree) -> list[str]:
-  """Paths of floating-point leaves holding NaN or Inf, on any process.
-
-  On CPU it runs on the host over each process's own shards (compiling
-  nothing); on accelerators, one jitted reduction per leaf on device.
-  """
-  flat = {p: x for p, x in _flat(tree).items()
-          if jnp.issubdtype(getattr(x, "dtype", np.float32), jnp.inexact)}
-  leaves = list(flat.values())
-  if leaves and all(isinstance(x, jax.Array) for x in leaves) and (
-      jax.default_backend() != "cpu"):
-    # On accelerators: reduce on device, fetch one flag per leaf.
-    ok = np.asarray(jax.device_get(_device_finite(leaves)), np.int32)
-  else:
-    ok = np.asarray([_all_finite(x) for x in leaves], np.int32)
-  if jax.process_count() > 1 and ok.size:
-    from jax.experimental import multihost_utils
-    ok = np.asarray(multihost_utils.process_allgather(ok)).reshape(
-        -1, ok.size).min(axis=0)
-  return [p for p, good in zip(flat, ok) if not good]
 
 
 # ------------------------------------------------------------------------------
@@ -279,7 +163,7 @@ class Checkpointer:
     Raises FloatingPointError, writing nothing, if params or optimizer state
     hold NaN/Inf: a non-finite checkpoint would poison every resume.
     """
-    bad = nonfinite_paths({"params": state["params"],
+    bad = checkpoint_checks.nonfinite_paths({"params": state["params"],
                            "opt_state": state["opt_state"]})
     if bad:
       raise FloatingPointError(
@@ -349,7 +233,7 @@ class Checkpointer:
       stored_config = self.read_meta(step).get("config")
     except (OSError, ValueError):
       stored_config = None
-    check_compatible(
+    checkpoint_checks.check_compatible(
         self.stored_state_tree(step), abstract_state,
         source=self._step_dir(step), stored_config=stored_config,
         current_config=config,
@@ -391,7 +275,7 @@ class Checkpointer:
         failures.append((step, e))
         self._quarantine(step, e)
         continue
-      bad = nonfinite_paths(state["params"])
+      bad = checkpoint_checks.nonfinite_paths(state["params"])
       if bad:
         e = FloatingPointError(f"non-finite params {bad[:3]}")
         failures.append((step, e))
@@ -560,7 +444,7 @@ def restore_params(path: str, abstract_params, *, step: int | None = None,
   optimizer, step 0 and fresh data order.
   """
   step_dir, step = resolve_step_dir(path, step)
-  check_compatible(
+  checkpoint_checks.check_compatible(
       {"params": _stored_params_tree(step_dir)}, {"params": abstract_params},
       source=step_dir, stored_config=stored_config(step_dir),
       current_config=config,
@@ -580,12 +464,12 @@ def place_params(params, abstract_params, *, source: str = "params"):
   Leaves are matched by path (int or str layer keys alike); shapes are
   checked first (CheckpointMismatchError naming path and shapes).
   """
-  check_compatible({"params": params}, {"params": abstract_params},
+  checkpoint_checks.check_compatible({"params": params}, {"params": abstract_params},
                    source=source)
-  flat = _flat(params)
+  flat = checkpoint_checks._flat(params)
 
   def put(path, a):
-    x = np.asarray(flat[path_str(path)], a.dtype)
+    x = np.asarray(flat[checkpoint_checks.path_str(path)], a.dtype)
     return jax.make_array_from_callback(a.shape, a.sharding,
                                         lambda idx: x[idx])
 
@@ -614,42 +498,3 @@ def load_params(workdir: str, step: int | None = None):
 def read_meta(workdir: str, step: int) -> dict:
   return _read_json(os.path.join(checkpoint_dir(workdir), str(step), META,
                                  "metadata"))
-
-
-# ------------------------------------------------------------------------------
-# Multi-process: the workdir must be one storage every process sees.
-# ------------------------------------------------------------------------------
-def check_workdir_shared(workdir: str) -> None:
-  """Raise ValueError unless every process sees files process 0 writes there.
-
-  A local path on a multi-host TPU slice is a different directory on each
-  host: checkpoints would be split across machines and unrestorable. Call on
-  all processes before training; a no-op with one process.
-  """
-  if jax.process_count() == 1:
-    return
-  from jax.experimental import multihost_utils
-  token = np.frombuffer(uuid.uuid4().bytes[:8], np.int64).copy()
-  token = multihost_utils.broadcast_one_to_all(token)
-  probe = epath.Path(workdir) / f".bert_jax_shared_probe_{int(token[0]):x}"
-  if jax.process_index() == 0:
-    probe.parent.mkdir(parents=True, exist_ok=True)
-    probe.write_text(str(int(token[0])))
-  multihost_utils.sync_global_devices("bert_jax_workdir_probe_written")
-  try:
-    seen = probe.exists() and probe.read_text() == str(int(token[0]))
-  except OSError:
-    seen = False
-  seen_all = np.asarray(multihost_utils.process_allgather(
-      np.asarray([int(seen)], np.int32))).reshape(-1)
-  multihost_utils.sync_global_devices("bert_jax_workdir_probe_read")
-  if jax.process_index() == 0:
-    probe.unlink(missing_ok=True)
-  missing = [i for i, ok in enumerate(seen_all) if not ok]
-  if missing:
-    raise ValueError(
-        f"--workdir={workdir} is not shared between processes: process(es) "
-        f"{missing} of {jax.process_count()} cannot see a file process 0 "
-        "wrote there. Multi-host runs need a workdir every host reaches "
-        "(e.g. gs://bucket/run or a shared NFS mount); checkpoints on local "
-        "disks would be split across hosts and could not be restored.")

@@ -9,8 +9,6 @@ trace from its static graphdef and the params pytree.
 from __future__ import annotations
 
 import functools
-import json
-import os
 import time
 from typing import Any
 
@@ -26,6 +24,7 @@ from bert_jax import checkpointing
 from bert_jax import config_checks
 from bert_jax import features
 from bert_jax import flops as flops_lib
+from bert_jax import metrics_writer
 from bert_jax import objectives
 from bert_jax import optim
 from bert_jax import preemption
@@ -289,62 +288,6 @@ class Programs:
 # ==============================================================================
 # Logging: absl lines, metrics.jsonl and TensorBoard.
 # ==============================================================================
-class MetricsWriter:
-  """One JSON object per logged step in metrics.jsonl, plus TensorBoard.
-
-  The workdir may be any tf.io.gfile path (local or gs://): metrics.jsonl
-  is appended through tf.io.gfile. TensorBoard events go through
-  tensorboardX, which writes local paths and gs:// (with the
-  google-cloud-storage package); elsewhere they are skipped with a warning.
-  """
-
-  def __init__(self, workdir: str, enabled: bool):
-    self.enabled = enabled
-    self._tb = {}
-    if not enabled:
-      return
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    self._jsonl = tf.io.gfile.GFile(os.path.join(workdir, "metrics.jsonl"),
-                                    "a")
-    self._tb = _tensorboard_writers(workdir)
-
-  def write(self, step: int, split: str, metrics: dict):
-    if not self.enabled:
-      return
-    record = {"step": int(step), "split": split}
-    record.update({k: float(v) for k, v in metrics.items()})
-    self._jsonl.write(json.dumps(record) + "\n")
-    self._jsonl.flush()
-    if split in self._tb:
-      for k, v in metrics.items():
-        self._tb[split].add_scalar(k, float(v), int(step))
-      self._tb[split].flush()
-
-  def close(self):
-    if self.enabled:
-      self._jsonl.close()
-      for tb in self._tb.values():
-        tb.close()
-
-
-def _tensorboard_writers(workdir: str) -> dict:
-  """{split: tensorboardX.SummaryWriter}, or {} where it cannot write."""
-  import tensorboardX  # Event files without importing TensorFlow.
-  scheme = workdir.split("://")[0] if "://" in workdir else ""
-  if scheme not in ("", "gs", "s3"):
-    logging.warning("TensorBoard events are not written to %s:// workdirs "
-                    "(metrics.jsonl is).", scheme)
-    return {}
-  try:
-    return {split: tensorboardX.SummaryWriter(
-        os.path.join(workdir, "tensorboard", split))
-            for split in ("train", "eval")}
-  except Exception as e:  # pylint: disable=broad-except
-    logging.warning("TensorBoard events are not written (%s); for gs:// "
-                    "install google-cloud-storage. metrics.jsonl is.", e)
-    return {}
-
-
 def _bytes_per_device(abstract_tree) -> int:
   """Bytes of one device's shards of a tree of sharded ShapeDtypeStructs."""
   total = 0
@@ -371,13 +314,6 @@ def unigram_baseline(batches, vocab_size: int) -> float:
         counts.astype(np.float32))).reshape(-1, vocab_size).sum(0)
   total = counts.sum()
   return float(counts.max() / total) if total else 0.0
-
-
-def format_duration(seconds: float) -> str:
-  seconds = int(max(seconds, 0))
-  h, rem = divmod(seconds, 3600)
-  m, s = divmod(rem, 60)
-  return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
 
 
 # ==============================================================================
@@ -558,7 +494,8 @@ class Trainer:
         total=int(jax.device_get(state["nonfinite_steps"])))
     self._nonfinite.last_checkpoint = self.checkpointer.latest_step()
     self._preemption = preemption.PreemptionWatcher()
-    writer = MetricsWriter(self.workdir, enabled=jax.process_index() == 0)
+    writer = metrics_writer.MetricsWriter(
+        self.workdir, enabled=jax.process_index() == 0)
     tokens_per_step = train.batch_size * config.data.seq_length
     flops_per_step = flops_lib.train_flops_per_step(config)
     peak, peak_source = flops_lib.peak_tflops(
@@ -595,7 +532,7 @@ class Trainer:
             "MFU %.1f%%  ETA %s", done, train.num_steps,
             self._format(metrics), metrics["learning_rate"],
             metrics["grad_norm"], tps, 100 * metrics["mfu"],
-            format_duration(eta))
+            metrics_writer.format_duration(eta))
         writer.write(done, "train", metrics)
         last_metrics = metrics
       if done % train.eval_every == 0 or is_last:

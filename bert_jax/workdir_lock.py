@@ -297,8 +297,46 @@ def hold(workdir: str, take_over: bool = False):
   runs need shared storage), and release it at the end."""
   lock = take(workdir, take_over=take_over)
   try:
-    from bert_jax import checkpointing  # pylint: disable=g-import-not-at-top
-    checkpointing.check_workdir_shared(workdir)
+    check_workdir_shared(workdir)
     yield lock
   finally:
     lock.release()
+
+
+def check_workdir_shared(workdir: str) -> None:
+  """Raise ValueError unless every process sees files process 0 writes there.
+
+  A local path on a multi-host TPU slice is a different directory on each
+  host: checkpoints would be split across machines and unrestorable. Call on
+  all processes before training; a no-op with one process.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  if jax.process_count() == 1:
+    return
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from etils import epath  # pylint: disable=g-import-not-at-top
+  from jax.experimental import multihost_utils
+  token = np.frombuffer(uuid.uuid4().bytes[:8], np.int64).copy()
+  token = multihost_utils.broadcast_one_to_all(token)
+  probe = epath.Path(workdir) / f".bert_jax_shared_probe_{int(token[0]):x}"
+  if jax.process_index() == 0:
+    probe.parent.mkdir(parents=True, exist_ok=True)
+    probe.write_text(str(int(token[0])))
+  multihost_utils.sync_global_devices("bert_jax_workdir_probe_written")
+  try:
+    seen = probe.exists() and probe.read_text() == str(int(token[0]))
+  except OSError:
+    seen = False
+  seen_all = np.asarray(multihost_utils.process_allgather(
+      np.asarray([int(seen)], np.int32))).reshape(-1)
+  multihost_utils.sync_global_devices("bert_jax_workdir_probe_read")
+  if jax.process_index() == 0:
+    probe.unlink(missing_ok=True)
+  missing = [i for i, ok in enumerate(seen_all) if not ok]
+  if missing:
+    raise ValueError(
+        f"--workdir={workdir} is not shared between processes: process(es) "
+        f"{missing} of {jax.process_count()} cannot see a file process 0 "
+        "wrote there. Multi-host runs need a workdir every host reaches "
+        "(e.g. gs://bucket/run or a shared NFS mount); checkpoints on local "
+        "disks would be split across hosts and could not be restored.")

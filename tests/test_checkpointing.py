@@ -22,6 +22,7 @@ import pytest
 
 from tests.helpers import REPO, child_env, free_port, tiny_config
 
+from bert_jax import checkpoint_checks
 from bert_jax import checkpointing
 from bert_jax import preemption
 from bert_jax import sharding
@@ -59,7 +60,7 @@ def host(tree):
 
 
 def assert_trees_equal(a, b):
-  fa, fb = checkpointing._flat(host(a)), checkpointing._flat(host(b))
+  fa, fb = checkpoint_checks._flat(host(a)), checkpoint_checks._flat(host(b))
   assert fa.keys() == fb.keys()
   for k in fa:
     np.testing.assert_array_equal(fa[k], fb[k], err_msg=k)
@@ -160,7 +161,7 @@ _MESH_SCRIPT = textwrap.dedent("""
     import json, sys
     import jax, numpy as np
     from tests.test_checkpointing import small_config, random_state, host
-    from bert_jax import checkpointing, sharding, train
+    from bert_jax import checkpoint_checks, checkpointing, sharding, train
     mode, root = sys.argv[1], sys.argv[2]
     layouts = dict(dp=dict(data=-1, fsdp=1, tensor=1),
                    fsdp=dict(data=1, fsdp=-1, tensor=1),
@@ -177,7 +178,7 @@ _MESH_SCRIPT = textwrap.dedent("""
         assert jax.device_count() == 8
         config, p = programs(layout, jax.devices())
         state = random_state(p.abstract_state, seed=len(name))
-        flat = checkpointing._flat(host(state))
+        flat = checkpoint_checks._flat(host(state))
         np.savez(f"{root}/{name}.npz", **flat)
         ckpt = checkpointing.Checkpointer(workdir, config.checkpoint)
         ckpt.save(3, state, meta=dict(config=config.to_dict()))
@@ -195,7 +196,7 @@ _MESH_SCRIPT = textwrap.dedent("""
           ckpt = checkpointing.Checkpointer(workdir, config.checkpoint)
           state = ckpt.restore(3, p.abstract_state)
           ckpt.close()
-          flat = checkpointing._flat(host(state))
+          flat = checkpoint_checks._flat(host(state))
           assert sorted(flat) == sorted(ref.files), name
           bad = [k for k in ref.files if not np.array_equal(ref[k], flat[k])]
           assert not bad, (name, bad[:3])
@@ -227,7 +228,7 @@ def test_restore_8_devices_onto_2_and_1_and_numpy(tmp_path):
     ref = np.load(tmp_path / f"{name}.npz")
     assert step == 3 and config.model.hidden_size == 64
     assert 0 in params["bert"]["layers"]  # int layer keys, as in the model
-    for k, v in checkpointing._flat({"params": params}).items():
+    for k, v in checkpoint_checks._flat({"params": params}).items():
       assert v.dtype == np.float32
       np.testing.assert_array_equal(v, ref[k], err_msg=k)
 
@@ -410,9 +411,9 @@ _SHARED_SCRIPT = textwrap.dedent("""
     port, pid, workdir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2,
                                process_id=pid)
-    from bert_jax import checkpointing, preemption
+    from bert_jax import workdir_lock
     try:
-      checkpointing.check_workdir_shared(workdir)
+      workdir_lock.check_workdir_shared(workdir)
       print("SHARED")
     except ValueError as e:
       print("REFUSED", e)

@@ -263,8 +263,8 @@ def test_nan_steps_are_skipped_then_stop_after_k_in_a_row(tmp_path, env,
   assert all(math.isfinite(losses[s]) for s in range(8, 22))
   assert max(losses) <= 24  # Nothing trained after the third NaN in a row.
   # Checkpoints before the stop only, all finite; none after the NaN run.
-  from bert_jax import checkpointing
+  from bert_jax import checkpoint_checks, checkpointing
   assert _checkpoint_steps(workdir) == [10, 20]
   params, _, _ = checkpointing.load_params(workdir, 20)
   assert all(np.isfinite(v).all()
-             for v in checkpointing._flat(params).values())
+             for v in checkpoint_checks._flat(params).values())

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from bert_jax import config_checks
+from bert_jax import metrics_writer
 from bert_jax import train
 from tests.helpers import run_main, tiny_config
 
@@ -148,11 +149,11 @@ def test_metrics_writer_appends_through_gfile_urls(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)  # A URL treated as a local path would land here.
   workdir = "ram://bert_jax_test/run"
   tf.io.gfile.makedirs(workdir)
-  first = train.MetricsWriter(workdir, enabled=True)
+  first = metrics_writer.MetricsWriter(workdir, enabled=True)
   first.write(1, "train", {"loss": 2.5})
   first.write(2, "train", {"loss": 2.25})
   first.close()
-  resumed = train.MetricsWriter(workdir, enabled=True)
+  resumed = metrics_writer.MetricsWriter(workdir, enabled=True)
   resumed.write(3, "eval", {"mlm_accuracy": 0.5})
   resumed.close()
   with tf.io.gfile.GFile(workdir + "/metrics.jsonl") as f:
