@@ -32,7 +32,6 @@ import hashlib
 import json
 from typing import Any, Optional
 
-import ml_collections
 import numpy as np
 import tensorflow as tf
 

@@ -388,7 +388,6 @@ def load_tokenizer(data: ml_collections.ConfigDict,
   at :func:`cache_path`. In a multi-process run only process 0 trains; the
   others wait (up to an hour) for the file to appear.
   """
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   if data.tokenizer_type not in (SENTENCEPIECE, WORDPIECE):
     raise ValueError(f"data.tokenizer_type={data.tokenizer_type!r} must be "
                      f"'sentencepiece' or 'wordpiece'.")

@@ -141,7 +141,6 @@ def test_bf16_params_and_compute_dtype_export_float32(tmp_path):
 
 
 def test_untrained_heads_are_flagged(tmp_path, caplog):
-  convert_to_hf = helpers.import_tool("convert_to_hf")
   cfg = config_lib.get_config("tiny")
   assert pretrained.nsp_trained(cfg)
   cfg.data.nsp = False

@@ -1,7 +1,6 @@
 """bert_jax.zero_shot: cloze scores are the fill-mask log-probabilities."""
 
 import json
-import os
 import subprocess
 import sys
 
