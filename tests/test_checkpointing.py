@@ -411,7 +411,7 @@ _SHARED_SCRIPT = textwrap.dedent("""
     port, pid, workdir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2,
                                process_id=pid)
-    from bert_jax import workdir_lock
+    from bert_jax import preemption, workdir_lock
     try:
       workdir_lock.check_workdir_shared(workdir)
       print("SHARED")
