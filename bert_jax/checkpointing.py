@@ -351,6 +351,24 @@ def _sync(name: str) -> None:
 # ------------------------------------------------------------------------------
 # Params alone: partial restore (sharded) and mesh-free numpy reading.
 # ------------------------------------------------------------------------------
+def committed_steps(path: str) -> list[int]:
+  """Sorted steps saved in a workdir (or its checkpoints/ directory).
+
+  Committed steps only: an interrupted save is a "<step>.orbax-checkpoint-
+  tmp-<time>" directory (or, on object stores, lacks commit_success.txt).
+  """
+  path = _abs(path)
+  directory = (path if os.path.basename(path) == "checkpoints"
+               else checkpoint_dir(path))
+  if not epath.Path(directory).is_dir():
+    raise FileNotFoundError(f"No checkpoints under {directory}.")
+  local = "://" not in directory
+  return sorted(
+      int(d.name) for d in epath.Path(directory).iterdir()
+      if d.name.isdigit() and (d / STATE).is_dir() and
+      (local or (d / "commit_success.txt").exists()))
+
+
 def resolve_step_dir(path: str, step: int | None = None) -> tuple[str, int]:
   """A workdir, its checkpoints/ dir, or one step dir -> (step dir, step)."""
   path = _abs(path)
@@ -360,15 +378,7 @@ def resolve_step_dir(path: str, step: int | None = None) -> tuple[str, int]:
       raise ValueError(f"{path} is step {base}, not step {step}.")
     return path, int(base)
   directory = path if base == "checkpoints" else checkpoint_dir(path)
-  if not epath.Path(directory).is_dir():
-    raise FileNotFoundError(f"No checkpoints under {directory}.")
-  # Committed steps only: an interrupted save is a "<step>.orbax-checkpoint-
-  # tmp-<time>" directory (or, on object stores, lacks commit_success.txt).
-  local = "://" not in directory
-  steps = sorted(
-      int(d.name) for d in epath.Path(directory).iterdir()
-      if d.name.isdigit() and (d / STATE).is_dir() and
-      (local or (d / "commit_success.txt").exists()))
+  steps = committed_steps(path)
   chosen = steps[-1] if (step is None and steps) else step
   if chosen is None or chosen not in steps:
     raise FileNotFoundError(

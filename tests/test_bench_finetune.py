@@ -1,0 +1,50 @@
+"""tools/bench_finetune.py batching (no timing) and tools/make_demo_task.py."""
+
+import functools
+import importlib.util
+import os
+
+import numpy as np
+
+from tests.conftest import REPO
+
+
+@functools.cache
+def _tool(name):
+  spec = importlib.util.spec_from_file_location(
+      name, os.path.join(REPO, "tools", f"{name}.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_hf_batches_pad_to_the_batch_longest_and_keep_every_token():
+  rng = np.random.default_rng(0)
+  encoded = [(rng.integers(5, 50, n), np.zeros(n, np.int32), np.int32(n % 3))
+             for n in rng.integers(3, 40, 37)]
+  batches = _tool("bench_finetune").dynamic_batches(encoded, 8, 0, seed=1)
+  assert len(batches) == 37 // 8  # Full batches only.
+  seen = []
+  for b in batches:
+    lengths = b["attention_mask"].sum(1)
+    assert b["input_ids"].shape == (8, lengths.max())  # Longest, not fixed.
+    assert b["labels"].dtype == np.int64
+    for ids, n, label in zip(b["input_ids"], lengths, b["labels"]):
+      assert (ids[n:] == 0).all()
+      seen.append((tuple(ids[:n]), int(label)))
+  want = {(tuple(a), int(l)) for a, _, l in encoded}
+  assert len(seen) == len(set(seen)) and set(seen) <= want
+
+
+def test_demo_task_has_four_topics_and_a_disjoint_dev_split():
+  rows = _tool("make_demo_task").task_rows()
+  train, dev = rows["train"], rows["dev"]
+  topics = {label for _, label in train}
+  assert topics == set(_tool("make_demo_task").TOPICS)
+  assert {label for _, label in dev} == topics
+  assert 3 * len(dev) < len(train) < 5 * len(dev)
+  # Repeated code lines ("pass", ...) are the only overlap (17 of 314).
+  dev_text = {t for t, _ in dev}
+  assert len(dev_text & {t for t, _ in train}) < 0.06 * len(dev_text)
+  lengths = [len(t.split()) for t, _ in train]
+  assert min(lengths) >= 3 and max(lengths) > 40  # Varied: buckets matter.

@@ -1,0 +1,56 @@
+r"""A small downstream task from the demo corpus: which doc topic a sentence is from.
+
+  python tools/make_demo_task.py --out /tmp/demo_task
+  # -> /tmp/demo_task/train.csv, dev.csv (columns text,label)
+
+Sentences of four CPython documentation topics (`pydoc_data.topics`, present
+on every machine, the text configs/demo.py pretrains on) labelled with their
+topic; every 5th sentence of each topic goes to dev.csv (1,264 train and 318
+dev rows; 17 of the 314 distinct dev sentences, short code lines that the
+docs repeat, also occur in train). Sentences vary in
+length (a few tokens to over 100), which is what length buckets are for.
+Used by the README's demo fine-tuning comparison and tools/bench_finetune.py.
+"""
+
+import argparse
+import csv
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+TOPICS = ("compound", "debugger", "formatstrings", "string-methods")
+DEV_EVERY = 5
+
+
+def task_rows(topics=TOPICS, min_words: int = 3):
+  """{"train": [(text, topic)], "dev": [...]}, in corpus order."""
+  from bert_jax import demo_corpus  # pylint: disable=g-import-not-at-top
+  docs = dict(demo_corpus.demo_documents())
+  missing = [t for t in topics if t not in docs]
+  if missing:
+    raise ValueError(f"Topics {missing} are not in pydoc_data.topics.")
+  out = {"train": [], "dev": []}
+  for topic in topics:
+    sents = [s for s in docs[topic] if len(s.split()) >= min_words]
+    for i, s in enumerate(sents):
+      out["dev" if i % DEV_EVERY == 0 else "train"].append((s, topic))
+  return out
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--out", required=True, help="Output directory.")
+  args = parser.parse_args()
+  os.makedirs(args.out, exist_ok=True)
+  for split, rows in task_rows().items():
+    path = os.path.join(args.out, f"{split}.csv")
+    with open(path, "w", newline="", encoding="utf-8") as f:
+      w = csv.writer(f)
+      w.writerow(["text", "label"])
+      w.writerows(rows)
+    print(f"{path}: {len(rows)} rows")
+
+
+if __name__ == "__main__":
+  main()
