@@ -36,6 +36,7 @@ class DataIterator:
     self.process_index = process_index
     self.stats = {k: 0 for k in examples.STATS}
     self._batches = 0
+    self._examples = 0  # Rows this host consumed (batches may vary in size).
     self._logged_bad = 0
 
   def __iter__(self):
@@ -45,6 +46,7 @@ class DataIterator:
     batch = next(self._it)
     out = {k: v.numpy() for k, v in batch.items()}
     st = out.pop(examples.STATS_KEY, None)
+    self._examples += len(next(iter(out.values())))
     self._batches += 1
     if st is not None:
       for k, v in zip(examples.STATS, st.tolist()):
@@ -85,8 +87,10 @@ class DataIterator:
     return {k: v.shape.as_list() for k, v in self._ds.element_spec.items()
             if k != examples.STATS_KEY}
 
-  def batch_size(self) -> int:
-    return int(next(iter(self.shapes().values()))[0])
+  def batch_size(self) -> int | None:
+    """Rows per batch, or None when batches vary (bucketed fine-tuning)."""
+    size = next(iter(self.shapes().values()))[0]
+    return None if size is None else int(size)
 
   def save(self, directory: str) -> str:
     """Writes the iterator state under directory/process_<i>/."""
@@ -95,7 +99,7 @@ class DataIterator:
     path = self._ckpt.write(os.path.join(d, "iterator"))
     with tf.io.gfile.GFile(os.path.join(d, "stats.json"), "w") as f:
       json.dump(dict(self.stats, batches=self._batches,
-                     examples_consumed=self._batches * self.batch_size(),
+                     examples_consumed=self._examples,
                      shapes=self.shapes()), f)
     return path
 
@@ -115,11 +119,18 @@ class DataIterator:
     if shapes is None or shapes == self.shapes():
       self._ckpt.read(prefix).assert_consumed()
       self._batches = saved.get("batches", 0)
+      self._examples = consumed or 0
       return
     self._skip_to(consumed, shapes)
 
   def _skip_to(self, consumed: int, saved_shapes: dict) -> None:
     """Another batch / sequence shape: go to the same number of examples."""
+    if consumed is None or self.batch_size() is None:
+      raise ValueError(
+          "The saved data position cannot be carried over to batches of "
+          f"other shapes ({saved_shapes.get('input_ids')} -> "
+          f"{self.shapes().get('input_ids')}); resume with the checkpoint's "
+          "batch_size and seq_length.")
     skip = math.ceil(consumed / self.batch_size())
     logging.warning(
         "Data shapes changed since the checkpoint (%s -> %s): the data "
@@ -129,5 +140,5 @@ class DataIterator:
         consumed, self.process_index, skip)
     self._it = iter(self._ds.skip(skip))
     self._ckpt = tf.train.Checkpoint(iterator=self._it)
-    self._batches = skip
+    self._batches, self._examples = skip, skip * self.batch_size()
 

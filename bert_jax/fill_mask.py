@@ -65,7 +65,9 @@ class FillMask:
 
     # The embedding table may be padded past the tokenizer's pieces (a
     # vocab_size rounded up, or a small corpus's SentencePiece model): those
-    # rows are no token, so they get no probability (logits -inf).
+    # rows are no token and are never returned. Probabilities stay a softmax
+    # over the whole table, as Hugging Face's fill-mask pipeline computes
+    # them, so scores agree with it.
     self.vocab_size = min(int(model_config.vocab_size),
                           int(tokenizer.tokenizer.get_vocab_size()))
     self.max_positions = int(model_config.max_position_embeddings)
@@ -77,8 +79,7 @@ class FillMask:
       out = model(ids, mask, seg, deterministic=True)
       logits = out["mlm_logits"].astype(jax.numpy.float32)
       real = jax.numpy.arange(logits.shape[-1]) < n
-      return jax.nn.softmax(jax.numpy.where(real, logits, -jax.numpy.inf),
-                            axis=-1)
+      return jax.numpy.where(real, jax.nn.softmax(logits, axis=-1), 0.0)
 
     self._probs = logits_fn
     self.tokenizer = tokenizer
