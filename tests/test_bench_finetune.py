@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 @functools.cache

@@ -8,7 +8,7 @@ import pytest
 
 from bert_jax import config_lib
 from bert_jax import pretrained
-from tests.conftest import REPO
+from tests.helpers import REPO
 from tests.test_hf import minilm_dir
 
 sys.path.insert(0, REPO)

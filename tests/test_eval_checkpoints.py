@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from tests import tiny_models
-from tests.conftest import REPO, run_tool
+from tests.helpers import REPO, run_tool
 from tests.test_hf import random_params
 from tests.test_pretrained import save_checkpoints
 
