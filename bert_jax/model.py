@@ -170,7 +170,7 @@ class SelfAttention(nnx.Module):
     self.output_dropout = nnx.Dropout(config.hidden_dropout_prob)
     self.dtype = _dtype(config)
     self.attention_impl = config.attention_impl
-    self.splash_interpret = bool(config.get("splash_interpret", False))
+    self.splash_interpret = bool(config.splash_interpret)
     self.fused_qkv = bool(config.fused_qkv)
 
   def _heads(self, x):

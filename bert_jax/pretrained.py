@@ -155,7 +155,8 @@ def load_model_config(source: Source | str) -> ml_collections.ConfigDict:
   if source.kind in (WORKDIR, STEP, IMPORTED, ELECTRA):
     if "model" not in source.config:
       raise FileNotFoundError(f"{source.path} stores no model config.")
-    return ml_collections.ConfigDict(source.config.model.to_dict())
+    # Older runs stored fewer model fields: today's defaults fill the rest.
+    return config_lib.complete_model(source.config.model.to_dict())
   hf_cfg = checkpoint_io.read_hf_config(source.path)
   if hf_cfg is None:
     raise FileNotFoundError(f"No config.json or bert_config.json in "
