@@ -8,11 +8,13 @@ pytest and nothing heavy at module level.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import socket
 import subprocess
 import sys
+import time
 
 import ml_collections
 import numpy as np
@@ -169,3 +171,44 @@ def written_files(workdir) -> list[str]:
   return sorted(os.path.relpath(os.path.join(root, f), workdir)
                 for root, _, files in os.walk(workdir) for f in files
                 if f != ".workdir_lock.json")
+
+
+# -----------------------------------------------------------------------------
+# Watching a `python -m bert_jax.main` child that writes WORKDIR.log.
+# -----------------------------------------------------------------------------
+def run_log(workdir) -> str:
+  """What a child started with stdout/stderr to WORKDIR.log printed."""
+  with open(f"{workdir}.log") as f:
+    return f.read()
+
+
+def train_records(workdir) -> list[dict]:
+  """The train rows of WORKDIR/metrics.jsonl so far (a line being written
+  is skipped)."""
+  path = os.path.join(workdir, "metrics.jsonl")
+  if not os.path.exists(path):
+    return []
+  out = []
+  with open(path) as f:
+    for line in f.read().splitlines():
+      try:
+        out.append(json.loads(line))
+      except ValueError:
+        pass
+  return [r for r in out if r["split"] == "train"]
+
+
+def wait_for_step(proc, workdir, step, skip=0, timeout=600):
+  """Poll metrics.jsonl (after `skip` train rows) until `step` is logged;
+  fails the test if the child exits first."""
+  import pytest  # pylint: disable=g-import-not-at-top  (children never call this)
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    records = train_records(workdir)[skip:]
+    if records and records[-1]["step"] >= step:
+      return records[-1]["step"]
+    if proc.poll() is not None:
+      pytest.fail(f"run exited ({proc.returncode}) before step {step}:\n"
+                  + run_log(workdir)[-3000:])
+    time.sleep(0.02)
+  pytest.fail(f"step {step} not reached in {timeout}s")

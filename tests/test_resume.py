@@ -7,7 +7,6 @@ config, same device count). All runs share a persistent compilation cache,
 so only the first one compiles.
 """
 
-import json
 import math
 import os
 import re
@@ -15,11 +14,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 
+from tests import helpers
 from tests.helpers import REPO, TINY_OVERRIDES, child_env
 
 NUM_STEPS = 100
@@ -99,42 +98,9 @@ def _finish(proc, timeout=600):
   return proc.returncode
 
 
-def _log(workdir) -> str:
-  with open(f"{workdir}.log") as f:
-    return f.read()
-
-
-def _records(workdir) -> list[dict]:
-  path = os.path.join(workdir, "metrics.jsonl")
-  if not os.path.exists(path):
-    return []
-  with open(path) as f:
-    lines = f.read().splitlines()
-  out = []
-  for line in lines:
-    try:
-      out.append(json.loads(line))
-    except ValueError:  # A line being written.
-      pass
-  return [r for r in out if r["split"] == "train"]
-
-
 def _losses(records) -> dict[int, float]:
   """step -> loss; a step logged twice (redone after a resume) keeps the last."""
   return {r["step"]: r["loss"] for r in records}
-
-
-def _wait_for_step(proc, workdir, step, skip_records=0, timeout=600):
-  deadline = time.time() + timeout
-  while time.time() < deadline:
-    records = _records(workdir)[skip_records:]
-    if records and records[-1]["step"] >= step:
-      return records[-1]["step"]
-    if proc.poll() is not None:
-      pytest.fail(f"trainer exited ({proc.returncode}) before step {step}:\n"
-                  + _log(workdir)[-3000:])
-    time.sleep(0.01)
-  pytest.fail(f"step {step} not reached in {timeout}s")
 
 
 def _seed_workdir(reference, workdir):
@@ -160,8 +126,8 @@ def reference(tmp_path_factory, env):
   workdir = str(tmp_path_factory.mktemp("reference") / "run")
   os.makedirs(workdir)
   rc = _finish(_start(workdir, env))
-  assert rc == 0, _log(workdir)[-3000:]
-  losses = _losses(_records(workdir))
+  assert rc == 0, helpers.run_log(workdir)[-3000:]
+  losses = _losses(helpers.train_records(workdir))
   assert sorted(losses) == list(range(1, NUM_STEPS + 1))
   assert all(math.isfinite(v) for v in losses.values())
   return workdir, losses
@@ -177,30 +143,30 @@ def interrupted(tmp_path_factory, env, reference):
 
   # 1. kill -9 at an arbitrary step.
   proc = _start(workdir, env)
-  _wait_for_step(proc, workdir, KILL_AT)
+  helpers.wait_for_step(proc, workdir, KILL_AT)
   proc.send_signal(signal.SIGKILL)
   out["kill_rc"] = _finish(proc)
-  out["killed_records"] = _records(workdir)
+  out["killed_records"] = helpers.train_records(workdir)
   out["killed_at"] = out["killed_records"][-1]["step"]
-  out["log1"] = _log(workdir)
+  out["log1"] = helpers.run_log(workdir)
 
   # 2. The same command again; SIGTERM (preemption notice) some steps later.
   n = len(out["killed_records"])
   proc = _start(workdir, env)
-  first = _wait_for_step(proc, workdir, 1, skip_records=n)
-  _wait_for_step(proc, workdir, first + 9, skip_records=n)
+  first = helpers.wait_for_step(proc, workdir, 1, skip=n)
+  helpers.wait_for_step(proc, workdir, first + 9, skip=n)
   proc.send_signal(signal.SIGTERM)
   out["term_rc"] = _finish(proc)
-  out["term_records"] = _records(workdir)[n:]
-  log = _log(workdir)
+  out["term_records"] = helpers.train_records(workdir)[n:]
+  log = helpers.run_log(workdir)
   out["log2"] = log[len(out["log1"]):]
   out["term_steps"] = _checkpoint_steps(workdir)
 
   # 3. And again, to the end.
-  m = len(_records(workdir))
+  m = len(helpers.train_records(workdir))
   out["final_rc"] = _finish(_start(workdir, env))
-  out["final_records"] = _records(workdir)[m:]
-  out["log3"] = _log(workdir)[len(log):]
+  out["final_records"] = helpers.train_records(workdir)[m:]
+  out["log3"] = helpers.run_log(workdir)[len(log):]
   return out
 
 
@@ -254,10 +220,10 @@ def test_nan_steps_are_skipped_then_stop_after_k_in_a_row(tmp_path, env,
                 "--config.train.max_nonfinite_in_a_row=3", driver=driver,
                 extra_env={"NAN_AT": "7,22,23,24"})
   rc = _finish(proc)
-  log = _log(workdir)
+  log = helpers.run_log(workdir)
   assert rc == 1, log[-3000:]
   assert "3 non-finite steps in a row (steps 22-24" in log, log[-3000:]
-  losses = _losses(_records(workdir))
+  losses = _losses(helpers.train_records(workdir))
   # Step 7's update was dropped: training went on with finite losses.
   assert math.isnan(losses[7])
   assert all(math.isfinite(losses[s]) for s in range(8, 22))

@@ -6,7 +6,6 @@ SIGTERM, kill -9 leaves nothing that blocks the next run; a full disk stops
 the run at the next step with one line; bad inputs are one sentence.
 """
 
-import json
 import os
 import re
 import resource
@@ -17,6 +16,7 @@ import time
 
 import pytest
 
+from tests import helpers
 from tests.helpers import REPO, TINY_OVERRIDES, child_env, run_main
 
 SAVE_EVERY = 10
@@ -42,38 +42,6 @@ def _start(workdir, *extra, **kwargs):
                           **kwargs)
 
 
-def _log(workdir) -> str:
-  with open(f"{workdir}.log") as f:
-    return f.read()
-
-
-def _records(workdir) -> list[dict]:
-  path = os.path.join(workdir, "metrics.jsonl")
-  if not os.path.exists(path):
-    return []
-  out = []
-  with open(path) as f:
-    for line in f:
-      try:
-        out.append(json.loads(line))
-      except ValueError:  # Being written.
-        pass
-  return [r for r in out if r["split"] == "train"]
-
-
-def _wait_for_step(proc, workdir, step, skip=0, timeout=600):
-  deadline = time.time() + timeout
-  while time.time() < deadline:
-    records = _records(workdir)[skip:]
-    if records and records[-1]["step"] >= step:
-      return records[-1]["step"]
-    if proc.poll() is not None:
-      pytest.fail(f"run exited ({proc.returncode}) before step {step}:\n"
-                  + _log(workdir)[-3000:])
-    time.sleep(0.05)
-  pytest.fail(f"step {step} not reached in {timeout}s")
-
-
 def _steps(workdir) -> list[int]:
   d = os.path.join(workdir, "checkpoints")
   return sorted(int(n) for n in os.listdir(d) if n.isdigit())
@@ -93,38 +61,38 @@ def two_runs(tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp("lock") / "run")
   out = {"workdir": workdir}
   a = _start(workdir, "--config.train.num_steps=100000")
-  _wait_for_step(a, workdir, SAVE_EVERY + 2)
-  records_before = _records(workdir)
+  helpers.wait_for_step(a, workdir, SAVE_EVERY + 2)
+  records_before = helpers.train_records(workdir)
   b = subprocess.run(_cmd(workdir, "--config.train.num_steps=100000"),
                      cwd=REPO, env=child_env(), capture_output=True, text=True,
                      timeout=600)
   out.update(a_pid=a.pid, b_rc=b.returncode, b_stderr=b.stderr,
              a_alive_after_b=a.poll() is None,
              records_before_b=records_before,
-             records_after_b=_records(workdir))
+             records_after_b=helpers.train_records(workdir))
   a.send_signal(signal.SIGINT)  # Ctrl-C.
   out["a_rc"] = a.wait(timeout=600)
-  out["a_log"] = _log(workdir)
-  out["a_records"] = _records(workdir)
+  out["a_log"] = helpers.run_log(workdir)
+  out["a_records"] = helpers.train_records(workdir)
   out["a_steps"] = _steps(workdir)
 
   n = len(out["a_records"])
   c = _start(workdir, "--config.train.num_steps=100000")
-  _wait_for_step(c, workdir, out["a_records"][-1]["step"] + 1, skip=n)
+  helpers.wait_for_step(c, workdir, out["a_records"][-1]["step"] + 1, skip=n)
   deadline = time.time() + 600
   while max(_steps(workdir)) <= max(out["a_steps"]):  # C committed one.
-    assert time.time() < deadline and c.poll() is None, _log(workdir)[-3000:]
+    assert time.time() < deadline and c.poll() is None, helpers.run_log(workdir)[-3000:]
     time.sleep(0.05)
-  killed_at = _records(workdir)[-1]["step"]
+  killed_at = helpers.train_records(workdir)[-1]["step"]
   c.send_signal(signal.SIGKILL)
   c.wait(timeout=60)
   out["c_steps"] = _steps(workdir)
-  m = len(_records(workdir))
-  log_before_d = len(_log(workdir))
+  m = len(helpers.train_records(workdir))
+  log_before_d = len(helpers.run_log(workdir))
   d = _start(workdir, f"--config.train.num_steps={killed_at + 3}")
   out["d_rc"] = d.wait(timeout=600)
-  out["d_log"] = _log(workdir)[log_before_d:]
-  out["d_records"] = _records(workdir)[m:]
+  out["d_log"] = helpers.run_log(workdir)[log_before_d:]
+  out["d_records"] = helpers.train_records(workdir)[m:]
 
   # E: D's newest checkpoint truncated (a disk that lost a file's tail).
   out["e_steps"] = _steps(workdir)
