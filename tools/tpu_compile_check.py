@@ -17,7 +17,24 @@ according to the state shardings.
 
 `--attention` sets model.attention_impl ("splash": the TPU Pallas flash
 kernel); the fused kinds have no attention dropout, so it also sets
-model.attention_probs_dropout_prob=0 for them.
+model.attention_probs_dropout_prob=0 for them. `--variants` compiles several
+(seq_length, attention, max_predictions) per mesh in one call, e.g. the
+README table (18 rows, minutes each; `--out` appends every row to a JSON-lines
+file as soon as it compiles, and skips rows already there, so the job can run
+in the background and be restarted; `--table FILE` prints the table):
+
+  nohup python tools/tpu_compile_check.py --dtype bfloat16 \
+      --configs configs/base.py --topologies v5e:2x2 --meshes dp,fsdp,tp2 \
+      --variants 128:xla:20,512:xla:80,512:splash:80 --out rows.jsonl &
+  python tools/tpu_compile_check.py --table rows.jsonl
+
+Besides memory, each row has XLA's own cost analysis of the compiled step
+(FLOPs and HBM bytes accessed per chip) turned into a roofline bound: the
+step takes at least max(FLOPs / peak, bytes / HBM bandwidth) on that chip,
+and "MFU bound" is the model FLOPs (`bert_jax.flops`, matmuls only) over
+that time at peak: no real step does better. "XLA/model" compares XLA's FLOP
+count (all ops, optimizer included) with the analytic count; Pallas kernels
+are custom calls whose FLOPs XLA does not see (splash rows count less).
 
 Meshes: dp (data=-1), fsdp (fsdp=-1), tpN (tensor=N, data=-1), or any
 ``data.fsdp.tensor`` triple such as ``1.2.2``.
@@ -26,6 +43,7 @@ Meshes: dp (data=-1), fsdp (fsdp=-1), tpN (tensor=N, data=-1), or any
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -34,7 +52,47 @@ import time
 MB = 2 ** 20
 COLUMNS = ("config", "topology", "mesh", "seq", "attention", "chips",
            "params+opt/chip MB", "replicated MB", "ratio", "arguments MB",
-           "temporaries MB", "outputs MB", "compile s")
+           "temporaries MB", "outputs MB", "XLA TFLOP/chip", "XLA/model",
+           "HBM GB/chip", "roofline ms", "bound", "MFU bound", "compile s")
+# Columns from the first version of the tool (rows without a cost analysis).
+MEMORY_COLUMNS = COLUMNS[:12] + ("compile s",)
+
+# Per chip: (dense bf16 TFLOP/s, HBM GB/s), Cloud TPU spec sheets.
+CHIP_SPECS = {
+    "v4": (275.0, 1228.0),
+    "v5e": (197.0, 819.0),
+    "v5p": (459.0, 2765.0),
+    "v6e": (918.0, 1640.0),
+}
+
+
+def roofline(topology: str, flops_per_chip: float, bytes_per_chip: float,
+             model_flops_per_chip: float) -> dict:
+  """Lower bound on step time from XLA's counts, and the MFU it allows."""
+  peak, bandwidth = CHIP_SPECS[topology.split(":")[0]]
+  compute_s = flops_per_chip / (peak * 1e12)
+  memory_s = bytes_per_chip / (bandwidth * 1e9)
+  bound_s = max(compute_s, memory_s)
+  return {
+      "roofline ms": 1e3 * bound_s,
+      "bound": "compute" if compute_s >= memory_s else "HBM",
+      "MFU bound": model_flops_per_chip / (bound_s * peak * 1e12),
+  }
+
+
+def parse_variants(spec: str) -> list[tuple[int | None, str | None, int | None]]:
+  """"128:xla:20,512:splash:80" -> [(seq, attention, max_predictions)]."""
+  out = []
+  for item in filter(None, spec.split(",")):
+    parts = item.split(":")
+    if not 1 <= len(parts) <= 3 or not parts[0].isdigit():
+      raise ValueError(f"--variants: {item!r} is not SEQ[:ATTENTION[:PREDICTIONS]]"
+                       " (e.g. 512:splash:80).")
+    seq = int(parts[0])
+    attention = parts[1] if len(parts) > 1 and parts[1] else None
+    predictions = int(parts[2]) if len(parts) > 2 else None
+    out.append((seq, attention, predictions))
+  return out
 
 
 def mesh_overrides(name: str) -> dict:
@@ -81,23 +139,41 @@ def topology_devices(topology: str) -> list:
       **topology_options(topology)).devices
 
 
-def check(config_path: str, topology: str, mesh_name: str,
-          batch_size: int | None, seq_length: int | None,
-          attention: str | None = None) -> dict:
-  from bert_jax import config_checks
-  from bert_jax import sharding
-  from bert_jax import train
-
+def build_config(config_path: str, mesh_name: str, batch_size: int | None,
+                 seq_length: int | None, attention: str | None = None,
+                 max_predictions: int | None = None, dtype: str | None = None):
+  """The config file with this row's mesh, shapes, attention and dtype."""
   config = _load_config(config_path)
   config.mesh.update(mesh_overrides(mesh_name))
   if batch_size:
     config.train.batch_size = batch_size
   if seq_length:
     config.data.seq_length = seq_length
+  if max_predictions:
+    config.data.max_predictions_per_seq = max_predictions
+  if dtype:
+    config.model.dtype = dtype
   if attention:
     config.model.attention_impl = attention
     if attention != "xla":  # The fused kernels have no attention dropout.
       config.model.attention_probs_dropout_prob = 0.0
+  return config
+
+
+def row_key(config_path: str, topology: str, mesh_name: str, config) -> tuple:
+  """What a row is compiled for; known before compiling (restarts skip it)."""
+  return (os.path.splitext(os.path.basename(config_path))[0], topology,
+          mesh_name, config.data.seq_length, config.model.attention_impl,
+          config.model.dtype, config.train.batch_size,
+          config.data.max_predictions_per_seq)
+
+
+def check(config_path: str, topology: str, mesh_name: str, config) -> dict:
+  from bert_jax import config_checks
+  from bert_jax import flops
+  from bert_jax import sharding
+  from bert_jax import train
+
   devices = topology_devices(topology)
   config_checks.validate(config, len(devices), check_sources=False)
   mesh = sharding.make_mesh(config.mesh, devices)
@@ -110,6 +186,11 @@ def check(config_path: str, topology: str, mesh_name: str,
   seconds = time.time() - start
   mem = compiled.memory_analysis()
   per_device, total = state_bytes(programs.abstract_state)
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  xla_flops = float(cost.get("flops", 0.0))
+  hbm_bytes = float(cost.get("bytes accessed", 0.0))
+  model_flops = flops.train_flops_per_step(config) / len(devices)
   return {
       "config": os.path.splitext(os.path.basename(config_path))[0],
       "topology": topology,
@@ -123,8 +204,23 @@ def check(config_path: str, topology: str, mesh_name: str,
       "arguments MB": mem.argument_size_in_bytes / MB,
       "temporaries MB": mem.temp_size_in_bytes / MB,
       "outputs MB": mem.output_size_in_bytes / MB,
+      "XLA TFLOP/chip": xla_flops / 1e12,
+      "XLA/model": xla_flops / model_flops,
+      "HBM GB/chip": hbm_bytes / 1e9,
+      **roofline(topology, xla_flops, hbm_bytes, model_flops),
       "compile s": seconds,
+      "dtype": config.model.dtype,
+      "batch": config.train.batch_size,
+      "predictions": config.data.max_predictions_per_seq,
+      "key": list(row_key(config_path, topology, mesh_name, config)),
   }
+
+
+def read_rows(path: str) -> list[dict]:
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
 
 
 def _load_config(path: str):
@@ -137,19 +233,21 @@ def _load_config(path: str):
 
 def format_table(rows: list[dict]) -> str:
   """A Markdown table, one row per compiled step."""
+  columns = (COLUMNS if all(c in r for r in rows for c in COLUMNS)
+             else MEMORY_COLUMNS)
   def cell(v):
     if isinstance(v, float):
       return f"{v:.3f}" if v < 10 else f"{v:,.1f}"
     return str(v)
-  cells = [[cell(r[c]) for c in COLUMNS] for r in rows]
+  cells = [[cell(r[c]) for c in columns] for r in rows]
   widths = [max(len(c), *(len(row[i]) for row in cells))
-            for i, c in enumerate(COLUMNS)]
+            for i, c in enumerate(columns)]
   line = lambda vals: "| " + " | ".join(
       v.rjust(w) if i >= 5 else v.ljust(w)
       for i, (v, w) in enumerate(zip(vals, widths))) + " |"
   sep = "|" + "|".join(("-" * (w + 1) + ":" if i >= 5 else "-" * (w + 2))
                        for i, w in enumerate(widths)) + "|"
-  return "\n".join([line(COLUMNS), sep] + [line(r) for r in cells])
+  return "\n".join([line(columns), sep] + [line(r) for r in cells])
 
 
 def main(argv=None) -> int:
@@ -163,7 +261,26 @@ def main(argv=None) -> int:
   parser.add_argument("--attention", default=None,
                       help="model.attention_impl: xla (default: the "
                       "config's), dot_product_attention or splash.")
+  parser.add_argument("--variants", default="",
+                      help="SEQ[:ATTENTION[:PREDICTIONS]],... compiled for "
+                      "every mesh (instead of --seq_length/--attention).")
+  parser.add_argument("--dtype", default=None,
+                      help="model.dtype (compute), e.g. bfloat16 as on TPU.")
+  parser.add_argument("--out", default="",
+                      help="Append each row to this JSON-lines file as it "
+                      "compiles; rows already in it are skipped.")
+  parser.add_argument("--table", default="",
+                      help="Only print the table of a --out file.")
   args = parser.parse_args(argv)
+  if args.table:
+    print(format_table(read_rows(args.table)))
+    return 0
+  try:
+    variants = (parse_variants(args.variants) if args.variants else
+                [(args.seq_length, args.attention, None)])
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
   # Before jax is imported: host side on CPU; without the TPU_* variables
   # libtpu looks for TPU metadata of a GCE VM and complains.
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -177,15 +294,28 @@ def main(argv=None) -> int:
           "requirements-tpu.txt (684 MB) to compile for TPU without one.",
           file=sys.stderr)
     return 2
+  old = read_rows(args.out) if args.out else []
+  done = {tuple(r["key"]): r for r in old if "key" in r}
   rows = []
   for config_path in args.configs.split(","):
     for topology in args.topologies.split(","):
       for mesh_name in args.meshes.split(","):
-        row = check(config_path, topology, mesh_name, args.batch_size,
-                    args.seq_length, args.attention)
-        print(f"compiled {row['config']} on {topology} ({row['mesh']}) in "
-              f"{row['compile s']:.1f}s", file=sys.stderr, flush=True)
-        rows.append(row)
+        for seq, attention, predictions in variants:
+          config = build_config(config_path, mesh_name, args.batch_size, seq,
+                                attention, predictions, args.dtype)
+          key = row_key(config_path, topology, mesh_name, config)
+          if key in done:
+            print(f"already in {args.out}: {key}", file=sys.stderr)
+            rows.append(done[key])
+            continue
+          row = check(config_path, topology, mesh_name, config)
+          print(f"compiled {row['config']} on {topology} ({row['mesh']}, seq "
+                f"{row['seq']}, {row['attention']}) in {row['compile s']:.1f}s",
+                file=sys.stderr, flush=True)
+          rows.append(row)
+          if args.out:
+            with open(args.out, "a") as f:
+              f.write(json.dumps(row) + "\n")
   print(format_table(rows))
   return 0
 
