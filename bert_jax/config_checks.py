@@ -27,6 +27,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int,
   _check_objective(config)
   _check_data(config)
   _check_train_and_mesh(config, num_devices, process_count)
+  _check_phases(config, num_devices, process_count)
   if check_sources:
     _check_sources(config.data)
 
@@ -156,6 +157,22 @@ def _check_train_and_mesh(config, num_devices: int, process_count: int):
   if heads % tp:
     raise ValueError(f"model.num_attention_heads={heads} is not divisible by "
                      f"mesh.tensor={tp}.")
+
+
+def _check_phases(config, num_devices: int, process_count: int) -> None:
+  """Each phase of train.phases / train.recipe passes the shape checks."""
+  from bert_jax import phases as phases_lib
+  phases = phases_lib.resolve(config)
+  if not phases_lib.is_phased(config):
+    return
+  for phase in phases:
+    pc = phases_lib.phase_config(config, phase)
+    try:
+      _check_data(pc)
+      _check_train_and_mesh(pc, num_devices, process_count)
+    except ValueError as e:
+      raise ValueError(f"Phase {phase.index} of the run ({phase.describe()}):"
+                       f" {e}") from None
 
 
 def _check_sources(data) -> None:

@@ -186,6 +186,21 @@ def train_config() -> ml_collections.ConfigDict:
       # Per-device peak TFLOP/s for MFU; 0: spec sheet, else measured at
       # startup with a 2048^3 matmul (seconds on a CPU).
       peak_tflops=0.0,
+      # Phases of one run with their own batch shapes (bert_jax/phases.py):
+      # a tuple of dicts with num_steps, seq_length, max_predictions_per_seq,
+      # batch_size (+ optional learning_rate, warmup_steps), adding up to
+      # num_steps. Empty: one phase of the data/train shapes.
+      phases=(),
+      # "bert_two_phase": 90% of num_steps at seq 128 / 20 predictions, the
+      # rest at 512 / 80, same batch (Devlin et al. 2019). "" = phases above.
+      recipe="",
+      # "per_phase": each phase warms up and decays on its own (NVIDIA's
+      # recipe); "continuous": one schedule over all steps (google-research).
+      phase_schedule="per_phase",
+      # Where a later phase's data starts: "reshuffle" (the pipeline again
+      # with a seed of its own; free) or "continue" (after the examples
+      # already consumed; the skip re-reads them). bert_jax/phases.py.
+      phase_data="reshuffle",
   ))
 
 

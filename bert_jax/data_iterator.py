@@ -7,10 +7,12 @@ uninterrupted run would have. Per-block data counters (``examples.STATS``)
 ride along in the batches; the iterator strips, sums, logs and saves them.
 
 A saved state only fits a pipeline of the same batch shapes. When a run is
-resumed with another batch size or sequence length (BERT's 128 -> 512 phase,
-other hardware), the data position is carried over as the number of
-examples this host consumed: the new pipeline (same seed, same source order)
-skips ceil(examples / new batch size) batches and goes on from there.
+resumed with another batch size or sequence length (other hardware), or a
+run enters its next phase (BERT's 128 -> 512, `bert_jax.phases`), the data
+position is carried over as the number of examples this host consumed: the
+new pipeline (same seed, same source order) skips ceil(examples / new batch
+size) batches and goes on from there. The skip is saved with the state, so
+the skipped pipeline resumes exactly too.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class DataIterator:
     self.stats = {k: 0 for k in examples.STATS}
     self._batches = 0
     self._examples = 0  # Rows this host consumed (batches may vary in size).
+    self._skipped = 0  # Batches of `ds` skipped to continue another pipeline.
     self._logged_bad = 0
 
   def __iter__(self):
@@ -100,6 +103,7 @@ class DataIterator:
     with tf.io.gfile.GFile(os.path.join(d, "stats.json"), "w") as f:
       json.dump(dict(self.stats, batches=self._batches,
                      examples_consumed=self._examples,
+                     skipped_batches=self._skipped,
                      shapes=self.shapes()), f)
     return path
 
@@ -115,13 +119,37 @@ class DataIterator:
         saved = json.load(f)
     shapes = saved.pop("shapes", None)
     consumed = saved.pop("examples_consumed", None)
+    skipped = int(saved.pop("skipped_batches", 0))
     self.stats.update({k: v for k, v in saved.items() if k in self.stats})
     if shapes is None or shapes == self.shapes():
+      if skipped:  # The state is of the skipped pipeline: rebuild it first.
+        self._reset(skipped)
       self._ckpt.read(prefix).assert_consumed()
       self._batches = saved.get("batches", 0)
       self._examples = consumed or 0
       return
     self._skip_to(consumed, shapes)
+
+  @property
+  def examples_consumed(self) -> int:
+    return self._examples
+
+  def continue_after(self, consumed: int) -> int:
+    """Start this (fresh) pipeline after `consumed` examples of another
+    pipeline of the same data: skips ceil(consumed / batch size) batches.
+    Returns the number skipped."""
+    if self.batch_size() is None:
+      raise ValueError("A pipeline of varying batch sizes cannot continue "
+                       "another pipeline's data position.")
+    skip = math.ceil(consumed / self.batch_size())
+    self._reset(skip)
+    return skip
+
+  def _reset(self, skip: int) -> None:
+    self._it = iter(self._ds.skip(skip)) if skip else iter(self._ds)
+    self._ckpt = tf.train.Checkpoint(iterator=self._it)
+    self._skipped = skip
+    self._batches, self._examples = skip, skip * (self.batch_size() or 0)
 
   def _skip_to(self, consumed: int, saved_shapes: dict) -> None:
     """Another batch / sequence shape: go to the same number of examples."""
@@ -131,14 +159,11 @@ class DataIterator:
           f"other shapes ({saved_shapes.get('input_ids')} -> "
           f"{self.shapes().get('input_ids')}); resume with the checkpoint's "
           "batch_size and seq_length.")
-    skip = math.ceil(consumed / self.batch_size())
+    skip = self.continue_after(consumed)
     logging.warning(
         "Data shapes changed since the checkpoint (%s -> %s): the data "
         "position is carried over as examples consumed (%d on process %d), "
         "skipping %d batches of the new pipeline.",
         saved_shapes.get("input_ids"), self.shapes().get("input_ids"),
         consumed, self.process_index, skip)
-    self._it = iter(self._ds.skip(skip))
-    self._ckpt = tf.train.Checkpoint(iterator=self._it)
-    self._batches, self._examples = skip, skip * self.batch_size()
 

@@ -8,13 +8,30 @@ import ml_collections
 import optax
 
 
-def learning_rate_schedule(train: ml_collections.ConfigDict) -> optax.Schedule:
-  """Linear warmup to `learning_rate`, then linear decay to 0 at `num_steps`."""
-  warmup = max(0, min(int(train.warmup_steps), int(train.num_steps)))
-  decay = max(1, int(train.num_steps) - warmup)
+def learning_rate_schedule(train: ml_collections.ConfigDict,
+                           phases=None) -> optax.Schedule:
+  """Linear warmup to `learning_rate`, then linear decay to 0 at `num_steps`.
+
+  With several `phases` (`bert_jax.phases`) and train.phase_schedule
+  "per_phase" (NVIDIA's recipe), each phase warms up to its own learning
+  rate and decays to 0 at its own end; "continuous" is one schedule over all
+  steps (google-research/bert).
+  """
+  if phases and len(phases) > 1 and train.phase_schedule == "per_phase":
+    return optax.join_schedules(
+        [_warmup_then_decay(p.learning_rate, p.warmup_steps, p.num_steps)
+         for p in phases], boundaries=[p.start for p in phases[1:]])
+  return _warmup_then_decay(train.learning_rate, train.warmup_steps,
+                            train.num_steps)
+
+
+def _warmup_then_decay(peak: float, warmup_steps: int,
+                       num_steps: int) -> optax.Schedule:
+  warmup = max(0, min(int(warmup_steps), int(num_steps)))
+  decay = max(1, int(num_steps) - warmup)
   return optax.join_schedules(
-      [optax.linear_schedule(0.0, train.learning_rate, max(1, warmup)),
-       optax.linear_schedule(train.learning_rate, 0.0, decay)],
+      [optax.linear_schedule(0.0, peak, max(1, warmup)),
+       optax.linear_schedule(peak, 0.0, decay)],
       boundaries=[warmup])
 
 
@@ -28,8 +45,9 @@ def decay_mask(params):
   return jax.tree_util.tree_map_with_path(decays, params)
 
 
-def make_optimizer(train: ml_collections.ConfigDict) -> optax.GradientTransformation:
-  schedule = learning_rate_schedule(train)
+def make_optimizer(train: ml_collections.ConfigDict,
+                   phases=None) -> optax.GradientTransformation:
+  schedule = learning_rate_schedule(train, phases)
   if train.optimizer == "adamw":
     opt = optax.adamw(schedule, b1=train.adam_b1, b2=train.adam_b2,
                       eps=train.adam_eps, weight_decay=train.weight_decay,

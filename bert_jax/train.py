@@ -27,7 +27,9 @@ from bert_jax import flops as flops_lib
 from bert_jax import metrics_writer
 from bert_jax import objectives
 from bert_jax import optim
+from bert_jax import phases as phases_lib
 from bert_jax import preemption
+from bert_jax import pretraining_data
 from bert_jax import pretrained
 from bert_jax import sharding
 
@@ -172,7 +174,8 @@ def train_step(state, batch, *, graphdef, tx, config, objective,
   )
   if "frozen" in state:
     new_state["frozen"] = state["frozen"]
-  schedule = optim.learning_rate_schedule(config.train)
+  schedule = optim.learning_rate_schedule(config.train,
+                                         phases_lib.resolve(config))
   metrics = dict(objective.metrics(sums, counts, config),
                  learning_rate=schedule(step), grad_norm=grad_norm,
                  finite=finite)
@@ -220,7 +223,7 @@ class Programs:
     self.config, self.mesh = config, mesh
     self.objective = objective = objective or objectives.for_config(config)
     self.rules = sharding.rules(config.mesh)
-    self.tx = optim.make_optimizer(config.train)
+    self.tx = optim.make_optimizer(config.train, phases_lib.resolve(config))
     self.graphdef = nnx.split(abstract_model(config, objective), nnx.Param)[0]
     frozen = abstract_frozen(config, objective)
     self.frozen_graphdef = (None if frozen is None else
@@ -275,12 +278,14 @@ class Programs:
   def context(self):
     return sharding.logical_context(self.mesh, self.rules)
 
-  def batch_spec(self, global_batch_size: int) -> dict:
-    """ShapeDtypeStructs of a global batch, for ahead-of-time lowering."""
+  def batch_spec(self, global_batch_size: int, seq_length: int | None = None,
+                 max_predictions: int | None = None) -> dict:
+    """ShapeDtypeStructs of a global batch, for ahead-of-time lowering
+    (the config's sequence shape unless a phase gives its own)."""
     shapes = features.batch_shapes(
         self.objective.feature_spec(self.config), global_batch_size,
-        self.config.data.seq_length,
-        self.config.data.max_predictions_per_seq)
+        seq_length or self.config.data.seq_length,
+        max_predictions or self.config.data.max_predictions_per_seq)
     return {k: jax.ShapeDtypeStruct(s, d, sharding=self.batch_sharding)
             for k, (s, d) in shapes.items()}
 
@@ -297,52 +302,18 @@ def _bytes_per_device(abstract_tree) -> int:
   return total
 
 
-def unigram_baseline(batches, vocab_size: int) -> float:
-  """Held-out MLM accuracy of always predicting the most frequent target.
-
-  The most frequent token is taken from the held-out targets themselves, so
-  this is the best any context-free constant predictor can score. Counted
-  over every process's eval rows, like the eval metrics it is shown next to.
-  """
-  counts = np.zeros(vocab_size, np.float64)
-  for b in batches:
-    np.add.at(counts, np.asarray(b["masked_lm_ids"]).ravel(),
-              np.asarray(b["masked_lm_weights"], np.float64).ravel())
-  if jax.process_count() > 1:
-    from jax.experimental import multihost_utils
-    counts = np.asarray(multihost_utils.process_allgather(
-        counts.astype(np.float32))).reshape(-1, vocab_size).sum(0)
-  total = counts.sum()
-  return float(counts.max() / total) if total else 0.0
+def _log_memory(what: str, compiled) -> None:
+  mem = compiled.memory_analysis()
+  if mem is not None:
+    logging.info(
+        "Compiled %s; per-device memory: arguments %.1f MB, temporaries %.1f "
+        "MB, outputs %.1f MB.", what, mem.argument_size_in_bytes / 2**20,
+        mem.temp_size_in_bytes / 2**20, mem.output_size_in_bytes / 2**20)
 
 
 # ==============================================================================
 # Loop.
 # ==============================================================================
-class PretrainingInput:
-  """The pretraining data of a run: its tokenizer (trained and cached when
-  none is given), the checkpointable train iterator and fixed eval batches."""
-
-  def __init__(self, config: ml_collections.ConfigDict, workdir: str):
-    from bert_jax import input_pipeline  # TensorFlow: only when training.
-    from bert_jax import tokenizers
-    self.tokenizer = tokenizers.load_tokenizer(config.data, workdir)
-    config_checks.check_tokenizer(config, self.tokenizer)
-    pretrained.record_tokenizer(workdir, self.tokenizer)
-    proc = dict(process_index=jax.process_index(),
-                process_count=jax.process_count())
-    self.train_iter = input_pipeline.create_train_iterator(
-        config, self.tokenizer, workdir, **proc)
-    self.eval_batches = input_pipeline.create_eval_batches(
-        config, self.tokenizer, workdir, **proc)
-    self.unigram_accuracy = unigram_baseline(self.eval_batches,
-                                             config.model.vocab_size)
-
-  def eval_extras(self) -> dict:
-    """Reference numbers logged beside every eval."""
-    return {"unigram_accuracy": self.unigram_accuracy}
-
-
 class Trainer:
   """Holds the mesh, compiled steps, state and data for one run.
 
@@ -355,7 +326,18 @@ class Trainer:
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
                data=None, objective=None, evaluate=None, init_params=None):
     self.config, self.workdir = config, workdir  # Validated by the caller.
-    self.data = data if data is not None else PretrainingInput(config, workdir)
+    self.checkpointer = checkpointing.Checkpointer(workdir, config.checkpoint)
+    # ---- Phases: the one a resumed run is in decides the first pipeline.
+    self.phases = phases_lib.resolve(config)
+    latest = self.checkpointer.latest_step()
+    self._phase = phases_lib.at_step(self.phases, max((latest or 0) - 1, 0))
+    if data is None:
+      data = pretraining_data.PretrainingInput(config, workdir,
+                              self._phase_config(self._phase))
+    elif len(self.phases) > 1:
+      raise ValueError("train.phases / train.recipe apply to pretraining "
+                       "runs only; leave them empty here.")
+    self.data = data
     self.train_iter = self.data.train_iter
     self.eval_batches = self.data.eval_batches
     self._evaluate_fn = evaluate
@@ -371,20 +353,36 @@ class Trainer:
     # ---- Model, state shardings and compiled steps (ahead of time).
     self.programs = Programs(config, self.mesh, objective)
     self.abstract_state = self.programs.abstract_state
-    self.checkpointer = checkpointing.Checkpointer(workdir, config.checkpoint)
     self._train_steps = {}  # Global batch shape -> compiled step.
     self._compile()
 
   def _context(self):
     return self.programs.context()
 
+  def _phase_config(self, phase) -> ml_collections.ConfigDict:
+    """The config a phase's pipeline and step are built from."""
+    if len(self.phases) == 1 and not phases_lib.is_phased(self.config):
+      return self.config
+    return phases_lib.phase_config(self.config, phase)
+
   def _compile(self):
+    """The train step of the current phase (and of the phases after it, so
+    that a later shape that does not fit fails now, not hours in) and the
+    eval step, ahead of time."""
     p = self.programs
     start = time.time()
     with self._context():
-      spec = p.batch_spec(self.config.train.batch_size)
-      self.train_step = p.train_step.lower(p.abstract_state, spec).compile()
-      self._config_shape = spec["input_ids"].shape
+      later = self.phases[self._phase.index + 1:]
+      for phase in [self._phase] + later:
+        spec = p.batch_spec(phase.batch_size, phase.seq_length,
+                            phase.max_predictions_per_seq)
+        step = p.train_step.lower(p.abstract_state, spec).compile()
+        if phase is self._phase:
+          self.train_step, self._config_shape = step, spec["input_ids"].shape
+        else:
+          self._train_steps[spec["input_ids"].shape] = step
+          _log_memory(f"the train step of phase {phase.index + 1}/"
+                      f"{len(self.phases)} ({phase.describe()})", step)
       if self._evaluate_fn is None:  # Else the caller's evaluate compiles.
         self.eval_step = p.eval_step.lower(
             p.abstract_state["params"],
@@ -395,13 +393,7 @@ class Trainer:
       logging.info("Frozen params (no gradient, no optimizer state): %.1f MB "
                    "per device.", _bytes_per_device(p.abstract_state["frozen"])
                    / 2**20)
-    mem = self.train_step.memory_analysis()
-    if mem is not None:
-      logging.info(
-          "Compiled train step in %.1fs; per-device memory: arguments %.1f MB, "
-          "temporaries %.1f MB, outputs %.1f MB.", self.compile_seconds,
-          mem.argument_size_in_bytes / 2**20, mem.temp_size_in_bytes / 2**20,
-          mem.output_size_in_bytes / 2**20)
+    _log_memory(f"train step in {self.compile_seconds:.1f}s", self.train_step)
 
   def _train_step_for(self, batch):
     """The compiled step for this batch's shape: the config's shape is
@@ -423,6 +415,22 @@ class Trainer:
                    shape, time.time() - start)
     return step
 
+  def _enter_phase(self, phase, step: int) -> None:
+    """At a phase boundary: the next phase's pipeline (where it starts:
+    train.phase_data), and its step, compiled at start-up."""
+    consumed = self.train_iter.examples_consumed
+    stats = dict(self.train_iter.stats)
+    self.train_iter = self.data.train_iterator(self._phase_config(phase))
+    self.train_iter.stats.update(stats)
+    where = "the pipeline again with its own seed"
+    if self.config.train.phase_data == "continue":
+      skipped = self.train_iter.continue_after(consumed)
+      where = (f"after the {consumed} examples consumed ({skipped} batches "
+               "skipped)")
+    logging.info("Phase %d/%d from step %d: %s; data: %s.", phase.index + 1,
+                 len(self.phases), step, phase.describe(), where)
+    self._phase = phase
+
   def _eval_local_batch_size(self) -> int:
     first = self.eval_batches[0] if self.eval_batches else None
     if first is None:
@@ -439,6 +447,14 @@ class Trainer:
     state, step = self.checkpointer.restore_latest(
         self.abstract_state, self.train_iter, self.config)
     if state is not None:
+      phase = phases_lib.at_step(self.phases, max(step - 1, 0))
+      if phase.index != self._phase.index:
+        # The newest step was unreadable and the one restored is of another
+        # phase: its data position is in that phase's pipeline.
+        self._phase = phase
+        self.train_iter = self.data.train_iterator(self._phase_config(phase))
+        state = self.checkpointer.restore(step, self.abstract_state,
+                                          self.train_iter, self.config)
       logging.info("Resumed from checkpoint step %d in %s.", step,
                    self.checkpointer.directory)
       return state
@@ -496,19 +512,30 @@ class Trainer:
     self._preemption = preemption.PreemptionWatcher()
     writer = metrics_writer.MetricsWriter(
         self.workdir, enabled=jax.process_index() == 0)
-    tokens_per_step = train.batch_size * config.data.seq_length
-    flops_per_step = flops_lib.train_flops_per_step(config)
+    phase_config = self._phase_config(self._phase)
+    tokens_per_step = self._phase.batch_size * self._phase.seq_length
+    flops_per_step = flops_lib.train_flops_per_step(phase_config)
     peak, peak_source = flops_lib.peak_tflops(
         config.model.dtype, train.peak_tflops)
     logging.info("%.3g training TFLOPs per step; peak %.1f TFLOP/s per device "
                  "(%s, %s).", flops_per_step / 1e12, peak, peak_source,
                  config.model.dtype)
+    if len(self.phases) > 1:
+      logging.info("Phases: %s (learning-rate schedule %s).", "; ".join(
+          f"{p.index + 1}: steps {p.start}-{p.end} at {p.describe()}"
+          for p in self.phases), train.phase_schedule)
     last_metrics: dict[str, Any] = {}
     if start_step >= train.num_steps:
       logging.info("Checkpoint is at step %d >= train.num_steps=%d: nothing "
                    "to do.", start_step, train.num_steps)
     t_last, step_last = time.time(), start_step
     for step in range(start_step, train.num_steps):
+      if step >= self._phase.end:
+        self._enter_phase(phases_lib.at_step(self.phases, step), step)
+        tokens_per_step = self._phase.batch_size * self._phase.seq_length
+        flops_per_step = flops_lib.train_flops_per_step(
+            self._phase_config(self._phase))
+        t_last, step_last = time.time(), step
       batch = sharding.global_batch(next(self.train_iter), self.batch_sharding)
       state, metrics = self._train_step_for(batch)(state, batch)
       done = step + 1

@@ -9,6 +9,7 @@ import pytest
 
 from bert_jax import config_checks
 from bert_jax import metrics_writer
+from bert_jax import pretraining_data
 from bert_jax import train
 from tests.helpers import run_main, tiny_config
 
@@ -138,8 +139,8 @@ def test_unigram_baseline_is_the_most_frequent_targets_share():
              dict(masked_lm_ids=np.array([[3, 3, 0]]),
                   masked_lm_weights=np.array([[1., 1., 0.]]))]
   # Targets (weight > 0): 7 x3, 3 x4 -> 4/7; the padded slots do not count.
-  assert train.unigram_baseline(batches, 16) == pytest.approx(4 / 7)
-  assert train.unigram_baseline([], 16) == 0.0
+  assert pretraining_data.unigram_baseline(batches, 16) == pytest.approx(4 / 7)
+  assert pretraining_data.unigram_baseline([], 16) == 0.0
 
 
 def test_metrics_writer_appends_through_gfile_urls(tmp_path, monkeypatch):

@@ -1,0 +1,156 @@
+"""Training phases of one run: BERT's 128 -> 512 recipe.
+
+Devlin et al. 2019 trained 90% of the steps at 128 tokens (20 predictions)
+and the rest at 512 (80 predictions); NVIDIA's and google-research's recipes
+do the same because attention at 512 is where time goes. A phase is a span of
+steps with its own batch shape (and, with the "per_phase" schedule, its own
+warmup and decay). One run walks through the phases: the optimizer state
+carries over, the pipeline switches to the new shapes (continuing after the
+examples already consumed, the rule that also resumes a run whose shapes
+changed, `data_iterator`), and each phase's step is compiled before step 1.
+
+`train.phases` lists them explicitly; `train.recipe="bert_two_phase"` builds
+the published split from `train.num_steps`; with neither, the run is one
+phase of the `data` / `train` shapes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import zlib
+
+import ml_collections
+
+# google-research/bert: 90% of steps at 128 tokens (20 predictions), then 512
+# (80 predictions), the same batch. NVIDIA's phase 2 warms up over 12.8% of
+# its steps.
+TWO_PHASE_SHARE = 0.9
+TWO_PHASE_SHAPES = ((128, 20), (512, 80))
+TWO_PHASE_WARMUP = 0.128
+RECIPES = ("", "bert_two_phase")
+SCHEDULES = ("per_phase", "continuous")
+# Where a later phase's data starts: "reshuffle" runs the pipeline again with
+# a seed of its own (google-research/bert and NVIDIA read a separate phase-2
+# dataset; costs nothing at the switch); "continue" skips the examples the
+# run already consumed (the data order of one pipeline; the skip reads and
+# tokenizes all of them, minutes for short runs, hours for BERT's 900k steps).
+DATA_POLICIES = ("reshuffle", "continue")
+FIELDS = ("num_steps", "seq_length", "max_predictions_per_seq", "batch_size")
+OPTIONAL_FIELDS = ("learning_rate", "warmup_steps")
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+  """Steps [start, end) with one batch shape and learning-rate schedule."""
+  index: int
+  start: int
+  num_steps: int
+  seq_length: int
+  max_predictions_per_seq: int
+  batch_size: int
+  learning_rate: float
+  warmup_steps: int
+
+  @property
+  def end(self) -> int:
+    return self.start + self.num_steps
+
+  def describe(self) -> str:
+    return (f"seq_length {self.seq_length}, max_predictions_per_seq "
+            f"{self.max_predictions_per_seq}, batch_size {self.batch_size}")
+
+
+def resolve(config: ml_collections.ConfigDict) -> list[Phase]:
+  """The run's phases, in order (at least one). Raises ValueError with the
+  field when `train.phases` / `train.recipe` are malformed."""
+  t, d = config.train, config.data
+  recipe = t.recipe
+  if recipe not in RECIPES:
+    raise ValueError(f"train.recipe={recipe!r} is not one of {RECIPES[1:]} "
+                     "(or empty).")
+  if t.phase_schedule not in SCHEDULES:
+    raise ValueError(f"train.phase_schedule={t.phase_schedule!r} is not one "
+                     f"of {SCHEDULES}.")
+  if t.phase_data not in DATA_POLICIES:
+    raise ValueError(f"train.phase_data={t.phase_data!r} is not one of "
+                     f"{DATA_POLICIES}.")
+  if recipe and t.phases:
+    raise ValueError("Set either train.phases or train.recipe, not both.")
+  if recipe == "bert_two_phase":
+    first = int(round(TWO_PHASE_SHARE * t.num_steps))
+    if not 0 < first < t.num_steps:
+      raise ValueError(f"train.recipe='bert_two_phase' needs train.num_steps"
+                       f" >= 2 (got {t.num_steps}).")
+    second = t.num_steps - first
+    specs = [dict(num_steps=first, seq_length=TWO_PHASE_SHAPES[0][0],
+                  max_predictions_per_seq=TWO_PHASE_SHAPES[0][1],
+                  batch_size=t.batch_size),
+             dict(num_steps=second, seq_length=TWO_PHASE_SHAPES[1][0],
+                  max_predictions_per_seq=TWO_PHASE_SHAPES[1][1],
+                  batch_size=t.batch_size,
+                  warmup_steps=math.ceil(TWO_PHASE_WARMUP * second))]
+  elif t.phases:
+    specs = [_as_dict(p) for p in t.phases]
+  else:
+    specs = [dict(num_steps=t.num_steps, seq_length=d.seq_length,
+                  max_predictions_per_seq=d.max_predictions_per_seq,
+                  batch_size=t.batch_size)]
+  out, start = [], 0
+  for i, spec in enumerate(specs):
+    unknown = set(spec) - set(FIELDS) - set(OPTIONAL_FIELDS)
+    missing = set(FIELDS) - set(spec)
+    if unknown or missing:
+      raise ValueError(
+          f"train.phases[{i}] has " + "; ".join(
+              filter(None, [unknown and f"unknown keys {sorted(unknown)}",
+                            missing and f"no {sorted(missing)}"])) +
+          f" (each phase sets {', '.join(FIELDS)}; optional "
+          f"{', '.join(OPTIONAL_FIELDS)}).")
+    for field in FIELDS:
+      if int(spec[field]) <= 0:
+        raise ValueError(f"train.phases[{i}].{field}={spec[field]} must be "
+                         "positive.")
+    out.append(Phase(
+        index=i, start=start, num_steps=int(spec["num_steps"]),
+        seq_length=int(spec["seq_length"]),
+        max_predictions_per_seq=int(spec["max_predictions_per_seq"]),
+        batch_size=int(spec["batch_size"]),
+        learning_rate=float(spec.get("learning_rate", t.learning_rate)),
+        warmup_steps=int(spec.get("warmup_steps", t.warmup_steps))))
+    start += out[-1].num_steps
+  if start != t.num_steps:
+    raise ValueError(f"train.phases add up to {start} steps but "
+                     f"train.num_steps={t.num_steps}; make them equal.")
+  return out
+
+
+def _as_dict(spec) -> dict:
+  return dict(spec.to_dict() if hasattr(spec, "to_dict") else spec)
+
+
+def at_step(phases: list[Phase], step: int) -> Phase:
+  """The phase that runs step index `step` (0-based; past the end: last)."""
+  for phase in phases:
+    if step < phase.end:
+      return phase
+  return phases[-1]
+
+
+def phase_config(config: ml_collections.ConfigDict,
+                 phase: Phase) -> ml_collections.ConfigDict:
+  """`config` with the phase's shapes in `data` / `train`: what its input
+  pipeline and compiled step are built from. With train.phase_data
+  "reshuffle", phases after the first get a pipeline seed of their own."""
+  out = ml_collections.ConfigDict(config.to_dict())
+  out.data.seq_length = phase.seq_length
+  out.data.max_predictions_per_seq = phase.max_predictions_per_seq
+  out.train.batch_size = phase.batch_size
+  if phase.index and config.train.phase_data == "reshuffle":
+    out.train.seed = zlib.crc32(f"{config.train.seed}/phase{phase.index}"
+                                .encode())
+  return out
+
+
+def is_phased(config: ml_collections.ConfigDict) -> bool:
+  return bool(config.train.recipe or config.train.phases)
