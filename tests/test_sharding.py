@@ -287,7 +287,7 @@ def test_tpu_compile_check_table_format():
   assert tool.mesh_overrides("2.2.1") == dict(data=2, fsdp=2, tensor=1)
   assert tool.topology_options("v4:2x2x1") == dict(chip_config_name="megacore")
   assert tool.topology_options("v5e:2x2") == {}
-  row = dict(zip(tool.COLUMNS, ["base", "v5e:2x2", "data=1 x fsdp=4 x "
+  row = dict(zip(tool.MEMORY_COLUMNS, ["base", "v5e:2x2", "data=1 x fsdp=4 x "
                                 "tensor=1", 512, "splash", 4, 316.9, 1260.6, 0.2514, 321.4,
                                 2512.25, 317.0, 41.2]))
   table = tool.format_table([row, dict(row, config="large")]).splitlines()
@@ -296,6 +296,30 @@ def test_tpu_compile_check_table_format():
   assert "| base " in table[2] and "0.251" in table[2] and "2,512.2" in table[2]
   assert "| 512 " in table[2] and "| splash " in table[2]
   assert len({len(line) for line in table}) == 1  # Columns line up.
+
+
+def test_tpu_compile_check_roofline_and_variants():
+  """Roofline from XLA's counts (v5e: 197 TFLOP/s, 819 GB/s per chip), the
+  --variants syntax, and full rows rendered with the cost columns."""
+  tool = helpers.import_tool("tpu_compile_check")
+  compute = tool.roofline("v5e:2x2", flops_per_chip=1.97e12,
+                          bytes_per_chip=4.095e9, model_flops_per_chip=0.985e12)
+  assert compute["roofline ms"] == pytest.approx(10.0)  # 1.97e12 / 197e12.
+  assert compute["bound"] == "compute"
+  assert compute["MFU bound"] == pytest.approx(0.5)
+  memory = tool.roofline("v4:2x2x1", 2.75e12, 24.56e9, 2.75e12)
+  assert memory["bound"] == "HBM"  # 20 ms of HBM vs 10 ms of compute.
+  assert memory["roofline ms"] == pytest.approx(20.0)
+  assert memory["MFU bound"] == pytest.approx(0.5)
+  assert tool.parse_variants("128:xla:20,512:splash:80,256") == [
+      (128, "xla", 20), (512, "splash", 80), (256, None, None)]
+  with pytest.raises(ValueError, match="'x512' is not SEQ"):
+    tool.parse_variants("x512")
+  row = {c: 1.5 for c in tool.COLUMNS}
+  row.update(config="base", topology="v5e:2x2", mesh="m", attention="xla",
+             bound="HBM")
+  table = tool.format_table([row]).splitlines()
+  assert "MFU bound" in table[0] and "|   HBM |" in table[2]
 
 
 if __name__ == "__main__":
