@@ -146,6 +146,10 @@ def hparams(config):
               max_grad_norm=t.max_grad_norm)
 
 
+def max_rel(ours, theirs):
+  return float(np.max(np.abs(ours - theirs) / np.abs(theirs)))
+
+
 def compare(name, ours, theirs, norms, hp):
   rel = np.abs(ours - theirs) / np.abs(theirs)
   print(f"{name}: losses {ours[0]:.5f} -> {ours[-1]:.5f}; max relative "
@@ -183,13 +187,14 @@ class TorchOptimizer:
   global-norm clipping in float64 over the distinct parameters."""
 
   def __init__(self, named_params, *, lr, warmup, steps, betas, eps,
-               weight_decay, max_grad_norm):
+               weight_decay, max_grad_norm, decay_all=False):
     seen, decay, no_decay = set(), [], []
     for name, p in named_params:
       if id(p) in seen:
         continue
       seen.add(id(p))
-      skip = name.endswith("bias") or "norm" in name.lower()
+      skip = not decay_all and (name.endswith("bias")
+                                or "norm" in name.lower())
       (no_decay if skip else decay).append(p)
     self.params = decay + no_decay
     self.max_grad_norm = max_grad_norm
@@ -287,6 +292,18 @@ def test_albert_per_step_loss_equals_pytorch(albert_run):
   compare("albert", r["losses"], theirs, r["norms"], r["hp"])
 
 
+def test_albert_parity_sees_a_wrong_decay_mask(albert_run):
+  """Weight decay on LayerNorms and biases too, on the reference side,
+  breaks the comparison."""
+  r = albert_run
+  with one_thread():
+    theirs, _ = albert_reference(r["model_dir"], r["batch_path"],
+                                 dict(r["hp"], decay_all=True))
+  rel = max_rel(r["losses"], theirs)
+  print(f"perturbed reference: max relative difference {rel:.3g}")
+  assert rel > 10 * TOLERANCE
+
+
 # =============================================================================
 # DistilBERT: student trained against a frozen teacher.
 # =============================================================================
@@ -378,12 +395,25 @@ def test_distil_per_step_loss_equals_pytorch(distil_run):
   compare("distil", r["losses"], theirs, r["norms"], r["hp"])
 
 
+def test_distil_parity_sees_a_wrong_loss_weight(distil_run):
+  """alpha_cos 0.9 instead of 1.0 on the reference side breaks it."""
+  r = distil_run
+  with one_thread():
+    theirs, _ = distil_reference(r["student_dir"], r["teacher_dir"],
+                                 r["batch_path"], r["hp"],
+                                 **dict(r["loss_kw"], alpha_cos=0.9))
+  rel = max_rel(r["losses"], theirs)
+  print(f"perturbed reference: max relative difference {rel:.3g}")
+  assert rel > 10 * TOLERANCE
+
+
 # =============================================================================
 # ELECTRA: generator MLM + 50 x replaced-token detection, shared embeddings.
 # =============================================================================
 def electra_reference(pair_dir, batch_path, noise_path, hp, *, temperature,
-                      gen_weight, disc_weight):
-  """Per-step losses and replaced-token counts of the torch pair."""
+                      gen_weight, disc_weight, pad_row_trains=True):
+  """Per-step losses (total, generator MLM, discriminator BCE) and
+  replaced-token counts of the torch pair."""
   torch.manual_seed(0)
   drop = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
   gen = load(transformers.ElectraForMaskedLM,
@@ -398,13 +428,14 @@ def electra_reference(pair_dir, batch_path, noise_path, hp, *, temperature,
   # sampled [PAD] is a real token of the discriminator's input. Google's
   # ELECTRA (TF) and ours update its embedding row like any other; torch's
   # nn.Embedding(padding_idx=pad) would drop that lookup's gradient.
-  disc.electra.embeddings.word_embeddings.padding_idx = None
+  if pad_row_trains:
+    disc.electra.embeddings.word_embeddings.padding_idx = None
   gen.train()
   disc.train()
   opt = TorchOptimizer(list(disc.named_parameters())
                        + list(gen.named_parameters()), **hp)
   bce = torch.nn.BCEWithLogitsLoss(reduction="none")
-  losses, replaced = [], []
+  out = dict(loss=[], mlm=[], disc=[], replaced=[])
   for batch, noise in zip(load_arrays(batch_path), load_arrays(noise_path)):
     b = tensors(batch)
     attn, seg = b["input_mask"].long(), b["segment_ids"].long()
@@ -429,9 +460,11 @@ def electra_reference(pair_dir, batch_path, noise_path, hp, *, temperature,
                     token_type_ids=seg).logits
     real = attn.float()
     disc_loss = (bce(d_logits, labels) * real).sum() / real.sum()
-    losses.append(opt.step(gen_weight * mlm + disc_weight * disc_loss))
-    replaced.append(float((labels * real).sum()))
-  return np.array(losses), np.array(replaced), opt.numel()
+    out["loss"].append(opt.step(gen_weight * mlm + disc_weight * disc_loss))
+    out["mlm"].append(float(mlm.detach()))
+    out["disc"].append(float(disc_loss.detach()))
+    out["replaced"].append(float((labels * real).sum()))
+  return {k: np.array(v) for k, v in out.items()}, opt.numel()
 
 
 @pytest.fixture(scope="module")
@@ -454,8 +487,8 @@ def electra_run(tmp_path_factory):
   batches = masked_batches(NUM_STEPS, config.model.vocab_size, seed=2,
                            two_segments=True, mask_share=0.85,
                            random_share=0.0)
-  init, losses, norms, traced = our_run(config, batches,
-                                        trace=("replaced_share", "mlm_loss", "disc_loss"))
+  init, losses, norms, traced = our_run(
+      config, batches, trace=("replaced_share", "mlm_loss", "disc_loss"))
   # The noise of each step: the train step's key is fold_in(rng, step).
   root = jax.random.wrap_key_data(init["rng"])
   shape = (BATCH, PREDS, config.model.vocab_size)
@@ -492,10 +525,30 @@ def test_electra_sampling_noise_is_jax_categorical():
 def test_electra_per_step_loss_equals_pytorch(electra_run):
   r = electra_run
   with one_thread():
-    theirs, replaced, numel = electra_reference(
+    theirs, numel = electra_reference(
         r["pair_dir"], r["batch_path"], r["noise_path"], r["hp"],
         **r["loss_kw"])
   assert numel == r["size"]  # Shared embeddings counted once.
   # The same tokens were replaced in both (the generator's samples agree).
-  np.testing.assert_array_equal(replaced, r["replaced"])
-  compare("electra", r["losses"], theirs, r["norms"], r["hp"])
+  np.testing.assert_array_equal(theirs["replaced"], r["replaced"])
+  compare("electra", r["losses"], theirs["loss"], r["norms"], r["hp"])
+  # Each network on its own: 50 x BCE dominates the total, which would hide
+  # a generator that trains differently.
+  for part in ("mlm", "disc"):
+    rel = max_rel(r[part], theirs[part])
+    print(f"electra {part}: max relative difference {rel:.3g}")
+    assert rel < TOLERANCE, (part, rel)
+
+
+def test_electra_parity_sees_the_pad_row(electra_run):
+  """With torch's padding_idx kept, a [PAD] sampled by the generator
+  (once in these 20 steps) gives no gradient to its embedding row there,
+  and the generator's loss drifts past the tolerance."""
+  r = electra_run
+  with one_thread():
+    theirs, _ = electra_reference(
+        r["pair_dir"], r["batch_path"], r["noise_path"], r["hp"],
+        **dict(r["loss_kw"], pad_row_trains=False))
+  rel = max_rel(r["mlm"], theirs["mlm"])
+  print(f"padding_idx kept: generator loss max relative difference {rel:.3g}")
+  assert rel > TOLERANCE
