@@ -82,6 +82,27 @@ def scatter_positions(ids, positions, weights, values):
   return jnp.where(written, value.astype(ids.dtype), ids), written
 
 
+def step_keys(rng):
+  """(sampling key, dropout key) of the rng `loss_sums` is given."""
+  sample_key, dropout_key = jax.random.split(rng)
+  return sample_key, dropout_key
+
+
+def gumbel_noise(key, shape):
+  """The Gumbel noise behind the generator's samples: `replace_tokens`
+  takes argmax(logits / temperature + noise), which is exactly
+  ``jax.random.categorical(key, logits / temperature)`` (the Gumbel-max
+  trick, as jax implements it) with the noise in the open."""
+  return jax.random.gumbel(key, shape, jnp.float32)
+
+
+def sampling_noise(rng, shape):
+  """The noise with which ``loss_sums(..., rng, ...)`` samples the generator
+  at its [B, P, V] logits: a pure function of the step's rng, so that a test
+  can hand the very draws of a train step to another implementation."""
+  return gumbel_noise(step_keys(rng)[0], shape)
+
+
 def replace_tokens(mlm_logits, batch, key, temperature: float):
   """Sample the generator and build the discriminator's input.
 
@@ -90,8 +111,8 @@ def replace_tokens(mlm_logits, batch, key, temperature: float):
   [MASK] there); the samples carry no gradient.
   """
   logits = jax.lax.stop_gradient(mlm_logits.astype(jnp.float32))
-  samples = jax.random.categorical(key, logits / temperature, axis=-1)
-  samples = samples.astype(jnp.int32)
+  noise = gumbel_noise(key, logits.shape)
+  samples = jnp.argmax(logits / temperature + noise, axis=-1).astype(jnp.int32)
   pos, w = batch["masked_lm_positions"], batch["masked_lm_weights"]
   original, _ = scatter_positions(batch["input_ids"], pos, w,
                                   batch["masked_lm_ids"])
@@ -102,7 +123,7 @@ def replace_tokens(mlm_logits, batch, key, temperature: float):
 
 def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
   """Per-batch SUMS of both losses and of the counts behind every metric."""
-  sample_key, dropout_key = jax.random.split(rng)
+  sample_key, dropout_key = step_keys(rng)
   rngs = None if deterministic else nnx.Rngs(dropout=dropout_key)
   mlm_logits = model.generator_logits(
       batch["input_ids"], batch["input_mask"], batch["segment_ids"],
