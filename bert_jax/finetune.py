@@ -103,6 +103,10 @@ def resolve_config(config, source, spec, num_train: int):
     model[field] = config.model[field]
   model.num_labels = spec.num_labels
   config.model = model
+  if int(model.type_vocab_size) < 2:  # No segment table (DistilBERT).
+    # Pretraining's sentence-pair setting is moot here; its check would
+    # refuse the model.
+    config.data.update(objective=config_lib.PACKED, nsp=False)
   t = config.train
   if t.num_steps <= 0:
     t.num_steps = max(1, math.ceil(t.num_epochs * num_train / t.batch_size))
