@@ -46,27 +46,11 @@ def check_tokenizer(config: ml_collections.ConfigDict, tok) -> None:
 
 
 def _check_objective(config) -> None:
-  """Family-specific fields of the objective group."""
-  o, name = config.objective, config.objective.name
-  if name == "albert" and int(config.model.embedding_size) in (
-      0, int(config.model.hidden_size)):
-    raise ValueError(f"model.embedding_size={config.model.embedding_size} "
-                     "with objective.name='albert': ALBERT factorizes its "
-                     "embeddings; set 0 < embedding_size != hidden_size "
-                     "(published: 128).")
-  if name != "distil":
-    return
-  if not o.teacher:
-    raise ValueError("objective.teacher is empty: set it to the teacher BERT "
-                     "(a workdir, an imported or a Hugging Face directory) "
-                     "or to 'random' for a smoke run.")
-  if not 1 <= o.student_layers <= config.model.num_hidden_layers:
-    raise ValueError(f"objective.student_layers={o.student_layers} must be in "
-                     f"[1, model.num_hidden_layers="
-                     f"{config.model.num_hidden_layers}] (the teacher's).")
-  if o.temperature <= 0 or min(o.alpha_ce, o.alpha_mlm, o.alpha_cos) < 0:
-    raise ValueError(f"objective.temperature={o.temperature} must be > 0 and "
-                     "objective.alpha_ce/alpha_mlm/alpha_cos >= 0.")
+  """Family-specific fields: the objective's own checks (its `validate`)."""
+  from bert_jax import objectives
+  check = objectives.for_config(config).validate
+  if check is not None:
+    check(config)
 
 
 def _check_data(config) -> None:

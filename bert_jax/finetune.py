@@ -72,15 +72,41 @@ def read_task(config, workdir: str):
   return spec, train, rows
 
 
+def source_objective(source):
+  """(objective the source was trained with, its full run config or None).
+  Sources without a stored objective (HF, TF, older runs) are BERT's."""
+  stored = source.config
+  name = ((stored.get("objective") or {}).get("name", "bert")
+          if stored is not None else "bert")
+  full = None
+  if stored is not None and "model" in stored:
+    full = config_lib.complete(stored)
+    full.objective.update(stored.get("objective") or {})
+  return objectives.get(name), full
+
+
+def encoder_model_config(source):
+  """The BertModel the classifier wraps: the objective's encoder config
+  (ELECTRA's discriminator, DistilBERT's student) or the source's model."""
+  objective, full = source_objective(source)
+  if objective.encoder_config is not None and full is not None:
+    return objective.encoder_config(full)
+  return pretrained.load_model_config(source)
+
+
 def resolve_config(config, source, spec, num_train: int):
   """The run's full config: the checkpoint's architecture, the task's head
   width, and num_steps / warmup_steps derived from epochs when unset."""
   config = ml_collections.ConfigDict(config.to_dict())  # Unlocked copy.
-  model = config_lib.complete_model(pretrained.load_model_config(source))
+  model = config_lib.complete_model(encoder_model_config(source).to_dict())
   for field in _KEEP_FROM_CONFIG:
     model[field] = config.model[field]
   model.num_labels = spec.num_labels
   config.model = model
+  if int(model.type_vocab_size) < 2:  # No segment table (DistilBERT).
+    # Pretraining's sentence-pair setting is moot here; its check would
+    # refuse the model.
+    config.data.update(objective=config_lib.PACKED, nsp=False)
   t = config.train
   if t.num_steps <= 0:
     t.num_steps = max(1, math.ceil(t.num_epochs * num_train / t.batch_size))
@@ -198,6 +224,20 @@ def encoder_init(source, trainer, fresh_params):
   """Fresh params with the checkpoint's encoder (`bert` subtree) in place:
   the classifier stays at its random init (reported), as in HF."""
   from bert_jax import checkpointing
+  objective, full = source_objective(source)
+  if objective.encoder_params is not None and full is not None:
+    # Another family's tree (ELECTRA, ALBERT, DistilBERT): loaded as its
+    # run saved it, the encoder taken out by the objective.
+    loaded, report = pretrained.load_params(source, full.model, config=full)
+    params = dict(jax.device_get(fresh_params))
+    encoder = dict(objective.encoder_params(loaded, full))
+    fresh = sorted(set(params["bert"]) - set(encoder))  # e.g. the pooler.
+    params["bert"] = {**params["bert"], **encoder}
+    logging.info("Encoder (%s objective) from %s (%s); fresh: classifier%s.",
+                 objective.name, source.path, report,
+                 "".join(f", bert/{k}" for k in fresh))
+    return checkpointing.place_params(
+        params, trainer.abstract_state["params"], source=source.path)
   # Loaded with the source's own head width (an exported classifier of
   # another task loads too); only its encoder is kept.
   model_config = ml_collections.ConfigDict(trainer.config.model.to_dict())

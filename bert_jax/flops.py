@@ -11,10 +11,12 @@ pooler and the NSP head are left out). With factorized embeddings (width
 E != d) the encoder adds the projection, 6 E d per token, and the MLM head
 maps d -> E: 6 (d E + E V).
 
-ELECTRA counts both networks (:func:`electra_train_flops_per_sequence`): the
-generator's encoder on every token plus its MLM head at the masked
-positions, and the discriminator's encoder plus its head (6 (d^2 + d)) on
-every token. bert_jax gathers the
+Each objective may count its own step (``Objective.flops``, FLOPs of one
+sequence, built from the functions here); :func:`train_flops_per_step` uses
+it, else BERT's count (:func:`bert_flops_per_sequence`; ALBERT's too: layer
+sharing saves parameters, not FLOPs). ELECTRA counts both networks
+(``objectives/electra.py``), DistilBERT the student's training plus the
+frozen teacher's forward pass (``objectives/distil.py``). bert_jax gathers the
 ``max_predictions_per_seq`` masked positions before the MLM head, so P
 positions per sequence get logits; a model that computes logits everywhere
 (Hugging Face ``FlaxBertForPreTraining``) does T of them and spends more FLOPs
@@ -72,19 +74,6 @@ def mlm_head_flops_per_position(model_config) -> float:
   return 6.0 * (d * e + e * v)
 
 
-def electra_train_flops_per_sequence(config) -> float:
-  """ELECTRA: generator (encoder + MLM head at the P masked positions) plus
-  discriminator (encoder + per-token head dense d -> d -> 1)."""
-  from bert_jax import electra_model  # pylint: disable=g-import-not-at-top
-  t, p = config.data.seq_length, config.data.max_predictions_per_seq
-  gen = electra_model.generator_config(config)
-  disc = config.model
-  d = disc.hidden_size
-  return (t * encoder_flops_per_token(gen, t)
-          + p * mlm_head_flops_per_position(gen)
-          + t * (encoder_flops_per_token(disc, t) + 6.0 * (d * d + d)))
-
-
 def train_flops_per_sequence(model_config, seq_length: int,
                              logit_positions: int) -> float:
   """Training FLOPs for one sequence with `logit_positions` MLM positions."""
@@ -98,14 +87,27 @@ def train_flops_per_token(model_config, seq_length: int,
                                   logit_positions) / seq_length
 
 
+def bert_flops_per_sequence(config) -> float:
+  """BERT's step per sequence: config.model on every token, MLM logits at
+  the max_predictions_per_seq gathered positions (the default count)."""
+  return train_flops_per_sequence(config.model, config.data.seq_length,
+                                  config.data.max_predictions_per_seq)
+
+
+def forward_flops(training_flops: float) -> float:
+  """The forward pass alone: 2 of the 6 FLOPs per multiply-add (a frozen
+  network that computes no gradient)."""
+  return training_flops / 3.0
+
+
 def train_flops_per_step(config) -> float:
-  """Model FLOPs of one optimizer step of `config` (global batch)."""
+  """Model FLOPs of one optimizer step of `config` (global batch): the
+  objective's own count (``Objective.flops``) or BERT's."""
+  from bert_jax import objectives  # pylint: disable=g-import-not-at-top
   objective = config.get("objective", None)
-  if objective is not None and objective.get("name") == "electra":
-    return config.train.batch_size * electra_train_flops_per_sequence(config)
-  return config.train.batch_size * train_flops_per_sequence(
-      config.model, config.data.seq_length,
-      config.data.max_predictions_per_seq)
+  name = objective.get("name", "bert") if objective is not None else "bert"
+  per_sequence = objectives.get(name).flops or bert_flops_per_sequence
+  return config.train.batch_size * per_sequence(config)
 
 
 def known_peak_tflops(device_kind: str, dtype) -> float | None:

@@ -330,17 +330,29 @@ class Encoder(nnx.Module):
                       rngs=rngs)
 
 
+def check_unfactorized(config) -> None:
+  """BERT pretraining and its Hugging Face layout have no E -> H projection."""
+  if embedding_size(config) != config.hidden_size:
+    raise ValueError(
+        f"model.embedding_size={config.embedding_size} != model.hidden_size="
+        f"{config.hidden_size}: BERT has no embedding projection; set "
+        "model.embedding_size=0 (factorized embeddings are for ELECTRA).")
+
+
 class BertModel(nnx.Module):
-  """Embeddings, encoder stack and pooler (dense + tanh on [CLS])."""
+  """Embeddings, encoder stack and pooler (dense + tanh on [CLS]).
+
+  With E != H (``model.embedding_size``) an ``embeddings_project`` E -> H
+  follows the embeddings: the encoder of a fine-tuned ELECTRA discriminator
+  or ALBERT. The pretraining models below keep BERT's E == H.
+  """
 
   def __init__(self, config, *, rngs: nnx.Rngs, add_pooling_layer=True):
     validate_model_config(config)
-    if embedding_size(config) != config.hidden_size:
-      raise ValueError(
-          f"model.embedding_size={config.embedding_size} != model.hidden_size="
-          f"{config.hidden_size}: BERT has no embedding projection; set "
-          "model.embedding_size=0 (factorized embeddings are for ELECTRA).")
     self.embeddings = Embeddings(config, rngs=rngs)
+    e, h = embedding_size(config), config.hidden_size
+    self.embeddings_project = (
+        Dense(config, e, h, (None, "embed"), rngs=rngs) if e != h else None)
     self.layers = nnx.List(
         [Layer(config, rngs=rngs) for _ in range(config.num_hidden_layers)])
     self.remat_policy = config.remat_policy
@@ -352,6 +364,8 @@ class BertModel(nnx.Module):
     """Returns (sequence_output [B,T,d], pooled_output [B,d] or None)."""
     x = self.embeddings(input_ids, segment_ids, deterministic=deterministic,
                         rngs=rngs)
+    if self.embeddings_project is not None:
+      x = self.embeddings_project(x)
     x = run_layers(self.layers, x, attention_bias(input_mask),
                    self.remat_policy, deterministic=deterministic, rngs=rngs)
     if self.pooler is None:
@@ -368,6 +382,8 @@ class BertModel(nnx.Module):
     """
     n = len(self.layers) if num_layers is None else num_layers
     x = self.embeddings(input_ids, segment_ids, deterministic=True, rngs=None)
+    if self.embeddings_project is not None:
+      x = self.embeddings_project(x)
     mask_bias = attention_bias(input_mask)
     states = [x]
     for layer in list(self.layers)[:n]:
@@ -404,6 +420,7 @@ class BertForPreTraining(nnx.Module):
   """BERT with the MLM and NSP heads (HF ``BertForPreTraining``)."""
 
   def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
+    check_unfactorized(config)
     self.bert = BertModel(config, rngs=rngs)
     self.mlm_head = MaskedLMHead(config, rngs=rngs)
     self.nsp_head = Dense(config, config.hidden_size, 2, ("embed", "classes"),
@@ -443,6 +460,7 @@ class BertForMaskedLM(nnx.Module):
   with type_vocab_size=0 it is the layout of ``DistilBertForMaskedLM``)."""
 
   def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
+    check_unfactorized(config)
     self.bert = BertModel(config, rngs=rngs, add_pooling_layer=False)
     self.mlm_head = MaskedLMHead(config, rngs=rngs)
 

@@ -285,3 +285,13 @@ def test_resume_continues_exactly_and_the_run_exports(tmp_path):
   np.testing.assert_allclose(got, want, atol=1e-4)
   result = fill_mask.fill_mask(out, "the [MASK] of the function .", top_k=2)
   assert len(result) == 2 and result[0]["score"] >= result[1]["score"]
+
+
+def test_startup_check_refuses_unfactorized_embeddings():
+  """objectives/albert.py's `validate` hook runs in config_checks."""
+  from bert_jax import config_checks
+  c = family_checks.family_config("albert")
+  config_checks.validate(c, 1, check_sources=False)
+  c.model.embedding_size = 0
+  with pytest.raises(ValueError, match="ALBERT factorizes its embeddings"):
+    config_checks.validate(c, 1, check_sources=False)

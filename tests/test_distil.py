@@ -184,3 +184,18 @@ def test_resume_continues_exactly_and_the_student_exports(tmp_path):
   assert hf.config.n_layers == 1
   result = fill_mask.fill_mask(out, "the [MASK] of the function .", top_k=2)
   assert len(result) == 2
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("teacher", "", "objective.teacher is empty"),
+    ("student_layers", 9, r"student_layers=9 must be in \[1, "),
+    ("temperature", 0.0, "temperature=0.0 must be > 0"),
+])
+def test_startup_checks_name_the_field(field, value, message):
+  """objectives/distil.py's `validate` hook runs in config_checks."""
+  from bert_jax import config_checks
+  config = _tiny()
+  config_checks.validate(config, 1, check_sources=False)
+  config.objective[field] = value
+  with pytest.raises(ValueError, match=message):
+    config_checks.validate(config, 1, check_sources=False)

@@ -55,6 +55,22 @@ class Objective:
   # name in bert_jax.hf.mapping, model config of the exported model).
   # None: BERT's ("bert", config.model).
   hf_export: Callable[..., Any] | None = None
+  # Optional analytic training FLOPs (forward + backward) of ONE sequence:
+  # (config) -> float. None: BERT's, the model of config.model with MLM
+  # logits at max_predictions_per_seq positions (flops.bert_flops_per_sequence).
+  # flops.train_flops_per_step multiplies by the global batch.
+  flops: Callable[..., float] | None = None
+  # Optional family-specific config checks, run by config_checks.validate
+  # before anything is written: (config) -> None, ValueError naming the field.
+  validate: Callable[..., None] | None = None
+  # Optional start of fine-tuning from this family's runs (finetune.py):
+  # the BertModel that the classifier wraps. (run config) -> its model
+  # config; None: config.model.
+  encoder_config: Callable[..., Any] | None = None
+  # (params of the run, run config) -> the BertModel param subtree
+  # (embeddings, embeddings_project when E != H, layers, pooler if trained).
+  # None: params["bert"].
+  encoder_params: Callable[..., Any] | None = None
 
 
 # name -> module defining OBJECTIVE; imported on first use.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from bert_jax import albert
 from bert_jax import config_lib
+from bert_jax import flops
 from bert_jax.objectives import Objective
 from bert_jax.objectives import bert
 
@@ -47,6 +48,31 @@ def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
                            batch["next_sentence_labels"])}
 
 
+def validate(config) -> None:
+  if int(config.model.embedding_size) in (0, int(config.model.hidden_size)):
+    raise ValueError(f"model.embedding_size={config.model.embedding_size} "
+                     "with objective.name='albert': ALBERT factorizes its "
+                     "embeddings; set 0 < embedding_size != hidden_size "
+                     "(published: 128).")
+
+
+def encoder_params(params, config) -> dict:
+  """A BertModel tree for fine-tuning: embeddings, the E -> H projection,
+  the trained pooler, and each layer a copy of its group's block (the copies
+  are fine-tuned untied)."""
+  m = config.model
+  if int(m.inner_group_num) != 1:
+    raise ValueError(f"model.inner_group_num={m.inner_group_num}: fine-tuning "
+                     "an ALBERT covers inner_group_num=1 (every released "
+                     "ALBERT).")
+  a, n, g = params["albert"], int(m.num_hidden_layers), int(
+      m.num_hidden_groups)
+  return {"embeddings": a["embeddings"],
+          "embeddings_project": a["embeddings_project"],
+          "layers": {i: a["groups"][i * g // n]["layers"][0] for i in range(n)},
+          "pooler": a["pooler"]}
+
+
 def hf_export(config):
   return "albert", config.model
 
@@ -57,4 +83,9 @@ OBJECTIVE = Objective(
     metrics=bert.metrics,
     log_keys=(("loss", "loss"), ("mlm_acc", "mlm_accuracy"),
               ("sop_acc", "nsp_accuracy")),
-    hf_export=hf_export)
+    hf_export=hf_export,
+    # Layer sharing saves parameters, not FLOPs; BERT's count with E != H
+    # adds the projection and the H -> E MLM transform (the SOP head is
+    # negligible).
+    flops=flops.bert_flops_per_sequence, validate=validate,
+    encoder_params=encoder_params)

@@ -28,6 +28,7 @@ import numpy as np
 from absl import logging
 
 from bert_jax import features
+from bert_jax import flops as flops_lib
 from bert_jax import model as model_lib
 from bert_jax.objectives import Objective, safe_div
 from bert_jax.objectives import bert
@@ -168,6 +169,38 @@ def metrics(sums, counts_, config) -> dict:
   return dict(_means(sums, counts_), loss=loss(sums, counts_, config))
 
 
+def validate(config) -> None:
+  o = config.objective
+  if not o.teacher:
+    raise ValueError("objective.teacher is empty: set it to the teacher BERT "
+                     "(a workdir, an imported or a Hugging Face directory) "
+                     "or to 'random' for a smoke run.")
+  if not 1 <= o.student_layers <= config.model.num_hidden_layers:
+    raise ValueError(f"objective.student_layers={o.student_layers} must be in "
+                     f"[1, model.num_hidden_layers="
+                     f"{config.model.num_hidden_layers}] (the teacher's).")
+  if o.temperature <= 0 or min(o.alpha_ce, o.alpha_mlm, o.alpha_cos) < 0:
+    raise ValueError(f"objective.temperature={o.temperature} must be > 0 and "
+                     "objective.alpha_ce/alpha_mlm/alpha_cos >= 0.")
+
+
+def flops_per_sequence(config) -> float:
+  """The student's training (encoder on every token, MLM head at the P
+  masked positions) plus the frozen teacher's forward pass only: its encoder
+  on every token and its MLM logits at the same P positions (the soft
+  targets). The teacher's own pretraining is not counted."""
+  t, p = config.data.seq_length, config.data.max_predictions_per_seq
+  student = flops_lib.train_flops_per_sequence(student_config(config), t, p)
+  teacher = flops_lib.train_flops_per_sequence(config.model, t, p)
+  return student + flops_lib.forward_flops(teacher)
+
+
+def encoder_params(params, config) -> dict:
+  """The student's encoder for fine-tuning (no pooler: a fresh one)."""
+  del config
+  return params["bert"]
+
+
 def export_student(out_dir: str, params, config, *, tokenizer=None) -> list:
   """Write the student as a Hugging Face DistilBertForMaskedLM directory
   (plus tokenizer files when `tokenizer` is a tokenizer_files.TokenizerSpec);
@@ -187,4 +220,6 @@ OBJECTIVE = Objective(
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
     log_keys=(("loss", "loss"), ("mlm_acc", "mlm_accuracy"),
               ("ce", "distill_ce"), ("kl", "teacher_kl"), ("cos", "cos_loss")),
-    make_frozen=make_teacher, warm_start=warm_start, hf_export=hf_export)
+    make_frozen=make_teacher, warm_start=warm_start, hf_export=hf_export,
+    flops=flops_per_sequence, validate=validate,
+    encoder_config=student_config, encoder_params=encoder_params)

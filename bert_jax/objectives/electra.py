@@ -28,6 +28,7 @@ from flax import nnx
 
 from bert_jax import electra_model
 from bert_jax import features
+from bert_jax import flops as flops_lib
 from bert_jax.objectives import Objective, safe_div
 
 
@@ -184,9 +185,36 @@ def metrics(sums, counts_, config) -> dict:
   )
 
 
+def flops_per_sequence(config) -> float:
+  """Both networks: the generator's encoder on every token plus its MLM head
+  at the P masked positions, and the discriminator's encoder plus its
+  per-token head (dense d -> d -> 1) on every token."""
+  t, p = config.data.seq_length, config.data.max_predictions_per_seq
+  gen = electra_model.generator_config(config)
+  disc = config.model
+  d = disc.hidden_size
+  return (t * flops_lib.encoder_flops_per_token(gen, t)
+          + p * flops_lib.mlm_head_flops_per_position(gen)
+          + t * (flops_lib.encoder_flops_per_token(disc, t)
+                 + 6.0 * (d * d + d)))
+
+
+def encoder_params(params, config) -> dict:
+  """The discriminator for fine-tuning (as the paper fine-tunes it): the
+  shared embeddings, its E -> H projection when E != H, and its layers; the
+  pooler comes fresh."""
+  del config
+  enc = params["discriminator"]["encoder"]
+  out = {"embeddings": params["embeddings"], "layers": enc["layers"]}
+  if enc.get("embeddings_project") is not None:
+    out["embeddings_project"] = enc["embeddings_project"]
+  return out
+
+
 OBJECTIVE = Objective(
     name="electra", make_model=make_model, feature_spec=feature_spec,
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
     log_keys=(("loss", "loss"), ("gen_acc", "mlm_accuracy"),
               ("disc_acc", "disc_accuracy"), ("disc_prec", "disc_precision"),
-              ("disc_rec", "disc_recall"), ("replaced", "replaced_share")))
+              ("disc_rec", "disc_recall"), ("replaced", "replaced_share")),
+    flops=flops_per_sequence, encoder_params=encoder_params)
