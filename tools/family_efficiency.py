@@ -1,4 +1,4 @@
-r"""BERT, ELECTRA, ALBERT and DistilBERT pretrained with the same training FLOPs.
+r"""BERT, ELECTRA, ALBERT and DistilBERT pretrained with equal training FLOPs.
 
   python tools/family_efficiency.py --out /tmp/family_eff \
       --budget_pflops=0.025 [--families=bert,electra,albert,distil] \
@@ -133,8 +133,9 @@ def plan(family: str, budget_pflops: float, fields: dict,
   per_step = flops.train_flops_per_step(config)
   steps = steps_for_budget(per_step, budget_pflops * 1e15)
   m = config.model
-  size = (f"{config.objective.student_layers if family == 'distil' else m.num_hidden_layers}"
-          f" x {m.hidden_size}, E {m.embedding_size or m.hidden_size}")
+  layers = (config.objective.student_layers if family == "distil"
+            else m.num_hidden_layers)
+  size = f"{layers} x {m.hidden_size}, E {m.embedding_size or m.hidden_size}"
   fields = dict(fields)
   fields.update({"train.num_steps": steps, "train.learning_rate":
                  learning_rate, "train.warmup_steps": max(1, steps // 10),
