@@ -302,6 +302,16 @@ def _bytes_per_device(abstract_tree) -> int:
   return total
 
 
+def _latest_step(workdir: str) -> int | None:
+  """The newest committed step, read before the Checkpointer (and its
+  threads) exists, so that a data error stops the run without one."""
+  try:
+    steps = checkpointing.committed_steps(workdir)
+  except FileNotFoundError:
+    return None
+  return steps[-1] if steps else None
+
+
 def _log_memory(what: str, compiled) -> None:
   mem = compiled.memory_analysis()
   if mem is not None:
@@ -326,10 +336,9 @@ class Trainer:
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
                data=None, objective=None, evaluate=None, init_params=None):
     self.config, self.workdir = config, workdir  # Validated by the caller.
-    self.checkpointer = checkpointing.Checkpointer(workdir, config.checkpoint)
     # ---- Phases: the one a resumed run is in decides the first pipeline.
     self.phases = phases_lib.resolve(config)
-    latest = self.checkpointer.latest_step()
+    latest = _latest_step(workdir)
     self._phase = phases_lib.at_step(self.phases, max((latest or 0) - 1, 0))
     if data is None:
       data = pretraining_data.PretrainingInput(config, workdir,
@@ -353,6 +362,7 @@ class Trainer:
     # ---- Model, state shardings and compiled steps (ahead of time).
     self.programs = Programs(config, self.mesh, objective)
     self.abstract_state = self.programs.abstract_state
+    self.checkpointer = checkpointing.Checkpointer(workdir, config.checkpoint)
     self._train_steps = {}  # Global batch shape -> compiled step.
     self._compile()
 
