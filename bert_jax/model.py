@@ -303,13 +303,6 @@ def run_layers(layers, x, mask_bias, remat_policy: str, *, deterministic,
   return x
 
 
-def embeddings_projection(config, rngs: nnx.Rngs):
-  """The E -> H dense after factorized embeddings (ELECTRA, ALBERT), or None
-  when the tables are as wide as the hidden size (BERT)."""
-  e, h = embedding_size(config), config.hidden_size
-  return Dense(config, e, h, (None, "embed"), rngs=rngs) if e != h else None
-
-
 class Encoder(nnx.Module):
   """Embedded input [B,T,E] -> hidden states [B,T,H]: an optional
   ``embeddings_project`` (E -> H, only when E != H) and the layer stack.
@@ -320,7 +313,9 @@ class Encoder(nnx.Module):
 
   def __init__(self, config, *, rngs: nnx.Rngs):
     validate_model_config(config)
-    self.embeddings_project = embeddings_projection(config, rngs)
+    e, h = embedding_size(config), config.hidden_size
+    self.embeddings_project = (
+        Dense(config, e, h, (None, "embed"), rngs=rngs) if e != h else None)
     self.layers = nnx.List(
         [Layer(config, rngs=rngs) for _ in range(config.num_hidden_layers)])
     self.remat_policy = config.remat_policy
@@ -355,7 +350,9 @@ class BertModel(nnx.Module):
   def __init__(self, config, *, rngs: nnx.Rngs, add_pooling_layer=True):
     validate_model_config(config)
     self.embeddings = Embeddings(config, rngs=rngs)
-    self.embeddings_project = embeddings_projection(config, rngs)
+    e, h = embedding_size(config), config.hidden_size
+    self.embeddings_project = (
+        Dense(config, e, h, (None, "embed"), rngs=rngs) if e != h else None)
     self.layers = nnx.List(
         [Layer(config, rngs=rngs) for _ in range(config.num_hidden_layers)])
     self.remat_policy = config.remat_policy
