@@ -14,10 +14,13 @@ import sys
 import tempfile
 import traceback
 
+import jax
 from absl import app
 from absl import flags
 from absl import logging
 from ml_collections import config_flags
+
+from bert_jax.checkpoints import workdir_lock
 
 config_flags.DEFINE_config_file(
     "config", None, "Path to a config file in configs/.", lock_config=True)
@@ -54,7 +57,6 @@ def _wants_distributed() -> bool:
 
 
 def initialize_distributed() -> None:
-  import jax
   if not _wants_distributed():
     return
   kwargs = {}
@@ -225,7 +227,6 @@ def setup() -> None:
 
 def call(job):
   """Run `job()`; user-fixable errors become one line and exit 1."""
-  from bert_jax import workdir_lock  # pylint: disable=g-import-not-at-top
   try:
     return job()
   except (ValueError, OSError, FloatingPointError,

@@ -139,21 +139,35 @@ def sentence_objective(data: ml_collections.ConfigDict) -> str:
 
 
 def objective_config() -> ml_collections.ConfigDict:
-  """Which pluggable objective trains (`bert_jax/objectives/`), and its
-  family-specific fields (objectives that need more add them here)."""
+  """Which pluggable objective trains (`bert_jax/objectives/`), and every
+  family's own fields, so that ``--config.objective.name=electra`` (or
+  distil) works on any config with that family's published defaults."""
   return ml_collections.ConfigDict(dict(
       # bert: MLM (+ NSP/SOP per data.objective); albert: the same on the
-      # shared-layer ALBERT model; distil: DistilBERT distillation.
+      # shared-layer ALBERT model; electra: replaced-token detection;
+      # distil: DistilBERT distillation.
       name="bert",
       # distil: the teacher (our workdir, an imported or Hugging Face BERT
       # dir; "random" = random init, tests only); config.model is its
       # architecture, the student has student_layers layers.
       teacher="",
       student_layers=6,
-      temperature=2.0,
+      temperature=2.0,  # distil: of the soft targets.
       alpha_ce=5.0,  # Published DistilBERT weights (Sanh et al. 2019).
       alpha_mlm=2.0,
       alpha_cos=1.0,
+      # electra (google-research/electra configure_pretraining.py): the
+      # generator's size as a fraction of the discriminator's hidden size
+      # (0.25 ELECTRA-Small, 1/3 Base and Large) and of its depth.
+      generator_hidden_size=0.25,
+      generator_layers=1.0,
+      # 0 = as google-research/electra: max(1, hidden // 64) heads and a
+      # 4 x hidden FFN. Set to match a generator imported from HF.
+      generator_num_attention_heads=0,
+      generator_intermediate_size=0,
+      generator_temperature=1.0,  # Of the generator's sampling softmax.
+      gen_weight=1.0,  # MLM (generator) loss weight.
+      disc_weight=50.0,  # Replaced-token-detection loss weight.
   ))
 
 
@@ -186,7 +200,7 @@ def train_config() -> ml_collections.ConfigDict:
       # Per-device peak TFLOP/s for MFU; 0: spec sheet, else measured at
       # startup with a 2048^3 matmul (seconds on a CPU).
       peak_tflops=0.0,
-      # Phases of one run with their own batch shapes (bert_jax/phases.py):
+      # Phases of one run with their own batch shapes (bert_jax/training/phases.py):
       # a tuple of dicts with num_steps, seq_length, max_predictions_per_seq,
       # batch_size (+ optional learning_rate, warmup_steps), adding up to
       # num_steps. Empty: one phase of the data/train shapes.
@@ -199,7 +213,7 @@ def train_config() -> ml_collections.ConfigDict:
       phase_schedule="per_phase",
       # Where a later phase's data starts: "reshuffle" (the pipeline again
       # with a seed of its own; free) or "continue" (after the examples
-      # already consumed; the skip re-reads them). bert_jax/phases.py.
+      # already consumed; the skip re-reads them). bert_jax/training/phases.py.
       phase_data="reshuffle",
   ))
 
@@ -271,11 +285,19 @@ def complete(partial, size: str = "base") -> ml_collections.ConfigDict:
   missing from `partial` take today's defaults."""
   config = get_config(size)
   as_dict = lambda x: x.to_dict() if hasattr(x, "to_dict") else x
-  for group, fields in (as_dict(partial) or {}).items():
+  partial = as_dict(partial) or {}
+  for group, fields in partial.items():
     fields = as_dict(fields)
     if group in config and isinstance(fields, dict):
       for key, value in fields.items():
         config[group][key] = value
+  objective = as_dict(partial.get("objective")) or {}
+  if (objective.get("name") == "electra" and "temperature" in objective
+      and "generator_temperature" not in objective):
+    # ELECTRA runs before generator_temperature existed stored the
+    # generator's sampling temperature as objective.temperature.
+    config.objective.generator_temperature = objective["temperature"]
+    config.objective.temperature = objective_config().temperature
   return config
 
 

@@ -19,7 +19,9 @@ import os
 from bert_jax import config_lib
 from bert_jax import objectives
 from bert_jax import pretrained
+from bert_jax.data import task_sources
 from bert_jax.hf import checkpoint_io
+from bert_jax.hf import electra
 from bert_jax.hf import mapping
 
 RESULTS_FILE = "results.json"  # finetune.RESULTS_FILE (no TF import here).
@@ -40,7 +42,6 @@ def run_label_names(source: pretrained.Source) -> tuple[str, ...]:
   task = (source.config or {}).get("task") or {}
   name = task.get("name", "")
   if name.startswith("glue/"):
-    from bert_jax import task_sources  # numpy + absl only.
     return task_sources.glue_task(name).label_names
   return ()
 
@@ -76,7 +77,6 @@ def export_run(path: str, output: str, step: int | None = None) -> list[str]:
 
 
 def _electra_pair(*args, **kwargs):
-  from bert_jax.hf import electra  # pylint: disable=g-import-not-at-top
   return electra.save_pretrained(*args, **kwargs)
 
 

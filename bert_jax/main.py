@@ -7,6 +7,7 @@ Overrides: ``--config.train.num_steps=20``. Multi-host: on Cloud TPU VMs
 """
 
 from bert_jax import cli
+from bert_jax.training import trainer as trainer_lib
 
 FLAGS = cli.FLAGS
 
@@ -14,8 +15,7 @@ FLAGS = cli.FLAGS
 def main(argv):
   del argv
   cli.setup()
-  from bert_jax import train  # After distributed init: jax backends start here.
-  metrics = cli.call(lambda: train.train_and_evaluate(
+  metrics = cli.call(lambda: trainer_lib.train_and_evaluate(
       FLAGS.config, FLAGS.workdir, take_over_workdir=FLAGS.take_over_workdir))
   if "preempted_at_step" in metrics:  # SIGTERM: checkpoint committed; exit 0.
     print(f"preempted at step {metrics['preempted_at_step']}: checkpoint "

@@ -33,12 +33,17 @@ import logging
 import os
 from typing import Any
 
+import jax
 import ml_collections
+from etils import epath
 
 from bert_jax import config_lib
+from bert_jax.checkpoints import reading as checkpoint_reading
 from bert_jax.hf import checkpoint_io
+from bert_jax.hf import electra
 from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
+from bert_jax.models import electra as electra_model
 
 WORKDIR, STEP, IMPORTED, HF, TF = "workdir", "step", "imported", "hf", "tf"
 ELECTRA = "electra"
@@ -63,14 +68,12 @@ def _abs(path: str) -> str:
 
 def _exists(path: str) -> bool:
   if "://" in path:
-    from etils import epath
     return epath.Path(path).exists()
   return os.path.exists(path)
 
 
 def _is_ours(path: str) -> bool:
   """A workdir, its checkpoints/ directory or one of its step directories."""
-  from etils import epath
   p = epath.Path(path)
   return ((p / "checkpoints").is_dir() or p.name == "checkpoints" or
           (p.name.isdigit() and (p / "state").is_dir()))
@@ -87,9 +90,8 @@ def resolve(path: str, step: int | None = None) -> Source:
   if not _exists(path) and not os.path.exists(path + ".index"):
     raise FileNotFoundError(f"{path} does not exist.")
   if _is_ours(path):
-    from bert_jax import checkpointing
     try:
-      step_dir, chosen = checkpointing.resolve_step_dir(path, step)
+      step_dir, chosen = checkpoint_reading.resolve_step_dir(path, step)
     except FileNotFoundError as e:
       if step is not None or "available: []" not in str(e):
         raise
@@ -100,7 +102,7 @@ def resolve(path: str, step: int | None = None) -> Source:
     workdir = os.path.dirname(os.path.dirname(step_dir))
     kind = STEP if os.path.basename(path).isdigit() else WORKDIR
     config = ml_collections.ConfigDict(
-        checkpointing.stored_config(step_dir) or {})
+        checkpoint_reading.stored_config(step_dir) or {})
     return Source(kind, path, chosen, step_dir, workdir, config,
                   family=run_family(config, strict=False))
   if step is not None:
@@ -112,7 +114,6 @@ def resolve(path: str, step: int | None = None) -> Source:
     return Source(IMPORTED, path, config=config)
   if all(os.path.isfile(os.path.join(path, net, "config.json"))
          for net in ("discriminator", "generator")):
-    from bert_jax.hf import electra
     _, config = electra.read_pair_config(path)
     return Source(ELECTRA, path, config=config, family="electra")
   hf_config = checkpoint_io.read_hf_config(path)
@@ -182,27 +183,25 @@ def load_params(source: Source | str, model_config=None, *,
   source = _as_source(source)
   if model_config is None:
     model_config = load_model_config(source)
-  from bert_jax import checkpointing
   if source.kind in (WORKDIR, STEP):
     report = mapping.ImportReport(
         source=source.step_dir, format="bert_jax",
         architecture=mapping.get(source.family).export_architecture
         if source.family else "")
     if abstract_params is not None:  # Read straight onto the shardings.
-      params, _ = checkpointing.restore_params(
+      params, _ = checkpoint_reading.restore_params(
           source.step_dir, abstract_params, config=config)
     else:
       if "model" in source.config:
         checkpoint_io.check_same_architecture(
             source.config.model, model_config, source.path)
-      params, _, _ = checkpointing.load_params(source.step_dir)
+      params, _, _ = checkpoint_reading.load_params(source.step_dir)
     report.loaded = sorted(mapping.flatten_params(params))
     return params, report
   if source.kind == IMPORTED:
     params, src_cfg, report = checkpoint_io.load_imported(source.path)
     checkpoint_io.check_same_architecture(src_cfg, model_config, source.path)
   elif source.kind == ELECTRA:
-    from bert_jax.hf import electra
     checkpoint_io.check_same_architecture(source.config.model, model_config,
                                           source.path)
     if config is not None:
@@ -221,7 +220,7 @@ def load_params(source: Source | str, model_config=None, *,
     params, report = checkpoint_io.load_hf_params(
         source.path, model_config, family=source.family, seed=seed)
   if abstract_params is not None:
-    params = checkpointing.place_params(params, abstract_params,
+    params = checkpoint_reading.place_params(params, abstract_params,
                                         source=source.path)
   return params, report
 
@@ -235,7 +234,6 @@ def electra_generator(source: Source | str):
   objective = config.get("objective", None) if config is not None else None
   if objective is None or objective.get("name") != "electra":
     return None
-  from bert_jax import electra_model
   full = config_lib.complete(config)
   full.objective = config.objective
   params, _ = load_params(source, full.model)
@@ -275,7 +273,6 @@ def record_tokenizer(workdir: str, tok) -> None:
   stored relative to the workdir when it lies inside it, so a copied or
   moved workdir still finds it.
   """
-  import jax
   if jax.process_index() != 0:
     return
   import tensorflow as tf  # The trainer has it loaded; gs:// needs it.

@@ -14,12 +14,11 @@ rate decays linearly from the end of warmup (TF: polynomial decay from step
 """
 
 from bert_jax import config_lib
-from bert_jax.objectives import electra
 
 
 def get_config():
   config = config_lib.get_config("base")  # 12 x 768, 12 heads, FFN 3072.
-  config.objective = electra.objective_config()
+  config.objective.name = "electra"
   config.objective.generator_hidden_size = 1 / 3
   config.model.embedding_size = 768
   d = config.data

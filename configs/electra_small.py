@@ -15,12 +15,11 @@ generator/ subdirectories).
 """
 
 from bert_jax import config_lib
-from bert_jax.objectives import electra
 
 
 def get_config():
   config = config_lib.get_config("base")
-  config.objective = electra.objective_config()
+  config.objective.name = "electra"
   config.objective.generator_hidden_size = 0.25
   m = config.model
   m.hidden_size = 256

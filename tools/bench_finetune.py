@@ -13,7 +13,7 @@ both sides: speed does not depend on them), same batch size, dtype
 (`--config.model.dtype`; bfloat16 means torch.autocast for PyTorch), AdamW
 with gradient clipping and dropout 0.1 on both sides, in one process:
 
-  bert_jax: the fine-tuning train step (`train.Programs`, `classify`
+  bert_jax: the fine-tuning train step (`steps_lib.Programs`, `classify`
     objective) on the batches `task_data` makes: examples grouped by length
     into `task.buckets` static lengths, compiled once per bucket.
   HF: `BertForSequenceClassification` (transformers, its default attention)
@@ -36,12 +36,12 @@ import sys
 import tempfile
 import time
 
+import numpy as np
 from absl import app
 from absl import flags
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bert_jax import finetune  # pylint: disable=g-import-not-at-top  (--config)
+from bert_jax.downstream import finetuning
 
 flags.DEFINE_integer("rounds", 3, "Alternating rounds (ours, then HF).")
 flags.DEFINE_integer("steps", 0, "Timed steps per side per round; 0: one "
@@ -60,7 +60,7 @@ FLAGS = flags.FLAGS
 def tokenized_rows(rows, tok, seq_length: int) -> list[tuple[np.ndarray, ...]]:
   """(input_ids, segment_ids, label) per row, unpadded, as task_data encodes
   them ([CLS] A [SEP] (B [SEP]), longest-first truncation)."""
-  from bert_jax import task_data
+  from bert_jax.data import task_data
   out = [None] * len(rows)
   for b in task_data.eval_batches(rows, tok, seq_length=seq_length,
                                   batch_size=256, buckets=(seq_length,)):
@@ -95,7 +95,7 @@ def dynamic_batches(encoded, batch_size: int, pad_id: int, seed: int):
 
 def bucketed_batches(rows, tok, config, num: int):
   """The fine-tuning trainer's own train batches (task_data), `num` of them."""
-  from bert_jax import task_data
+  from bert_jax.data import task_data
   it = task_data.create_train_iterator(
       rows, tok, batch_size=config.train.batch_size, seed=config.train.seed,
       seq_length=config.data.seq_length, buckets=tuple(config.task.buckets))
@@ -147,11 +147,14 @@ class Ours(Side):
 
   def __init__(self, config, batches):
     import jax
-    from bert_jax import objectives, sharding, train
+
+    from bert_jax import objectives
+    from bert_jax.training import sharding
+    from bert_jax.training import steps as steps_lib
     super().__init__(batches, "input_mask")
     self.jax = jax
     objective = objectives.get("classify")
-    self.programs = p = train.Programs(config, sharding.make_mesh(config.mesh),
+    self.programs = p = steps_lib.Programs(config, sharding.make_mesh(config.mesh),
                                        objective)
     names = objective.feature_spec(config)
     with p.context():
@@ -185,6 +188,7 @@ class HuggingFace(Side):
   def __init__(self, config, num_labels: int, batches):
     import torch
     import transformers
+
     from bert_jax.hf import checkpoint_io
     super().__init__(batches, "attention_mask")
     self.torch = torch
@@ -232,13 +236,15 @@ def benchmark(config, rounds: int, steps: int, warmup: int,
   if torch_threads:
     import torch
     torch.set_num_threads(torch_threads)
-  from bert_jax import pretrained, task_data, tokenizers
+  from bert_jax import pretrained
+  from bert_jax.data import task_data
+  from bert_jax.data import tokenizers
   source = pretrained.resolve(config.train.init_from,
                               config.train.init_from_step or None)
   spec_t = pretrained.tokenizer_spec(source)
   with tempfile.TemporaryDirectory() as tmp:
-    spec, train_rows, _ = finetune.read_task(config, tmp)
-  config = finetune.resolve_config(config, source, spec, len(train_rows))
+    spec, train_rows, _ = finetuning.read_task(config, tmp)
+  config = finetuning.resolve_config(config, source, spec, len(train_rows))
   tok = tokenizers.load(spec_t.path, spec_t.kind, spec_t.lower_case)
   b = config.train.batch_size
   epoch = task_data.steps_per_epoch(len(train_rows), b)

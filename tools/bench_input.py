@@ -19,19 +19,19 @@ training step (6 x 110M params), so one A100-class chip (312 TFLOP/s bf16) at
 import os
 import time
 
+import numpy as np
+import tensorflow as tf
 from absl import app
 from absl import flags
 from ml_collections import config_flags
-import numpy as np
-import tensorflow as tf
 
-from bert_jax import config_checks
 from bert_jax import config_lib
-from bert_jax import data_sources
-from bert_jax import demo_corpus
-from bert_jax import examples
-from bert_jax import input_pipeline as ip
-from bert_jax import tokenizers
+from bert_jax.data import demo_corpus
+from bert_jax.data import examples
+from bert_jax.data import pipeline as ip
+from bert_jax.data import sources as data_sources
+from bert_jax.data import tokenizers
+from bert_jax.training import config_checks
 
 FLAGS = flags.FLAGS
 

@@ -3,18 +3,18 @@ r"""Training-step throughput and MFU of bert_jax, optionally against HF peers.
   python tools/benchmark.py --config configs/small.py --steps 3 \
       --config.model.dtype=bfloat16 [--compare] [--json]
 
-Measures the jitted train step (`train.Programs`) on synthetic batches with
+Measures the jitted train step (`steps_lib.Programs`) on synthetic batches with
 the config's real shapes (global batch x seq_length, max_predictions_per_seq
 masked positions, varied padding), so no input pipeline is involved. Reports
 tokens/s, sequences/s, step time p50/p90, compile time, TFLOP/s per device,
-MFU (flops.py) and peak memory.
+MFU (bert_jax/models/flops.py) and peak memory.
 
 --seq_lengths 64,128,256,512 measures how cost grows with length: at the
 same tokens per batch (batch = tokens / seq, predictions per token kept as
 in the config, the position table widened to the longest length) with XLA
 attention and each fused kind that runs on this backend, alternating, it
 prints per-token step time against the analytic FLOP count's prediction
-(flops.py: the 12 L T d attention term grows with T).
+(models/flops.py: the 12 L T d attention term grows with T).
 
 --compare runs, on the same machine with the same batch shape and dtype, one
 training step of Hugging Face ``FlaxBertForPreTraining`` (transformers 4.57.6,
@@ -333,8 +333,10 @@ def full_logits_objective():
   vocabulary logits at every position (as HF), then the masked ones picked
   for the same loss. Plugged into the train step like any objective."""
   import dataclasses
+
   import jax.numpy as jnp
   from flax import nnx
+
   from bert_jax.objectives import bert
 
   def loss_sums(model, batch, rng, deterministic, config):
@@ -357,17 +359,19 @@ class Ours:
   def __init__(self, config, warmup: int, num_batches: int = 4,
                gather: bool = True):
     import jax
-    from bert_jax import sharding, train
+
+    from bert_jax.training import sharding
+    from bert_jax.training import steps as steps_lib
 
     self.jax = jax
     self.config, self.times = config, []
     self.mesh = sharding.make_mesh(config.mesh)
-    from bert_jax import config_checks
+    from bert_jax.training import config_checks
     # The trainer's startup checks: one sentence, not a broadcasting error.
     config_checks.validate(config, jax.device_count(), jax.process_count(),
                            check_sources=False)
     objective = None if gather else full_logits_objective()
-    self.programs = p = train.Programs(config, self.mesh, objective)
+    self.programs = p = steps_lib.Programs(config, self.mesh, objective)
     b, d = config.train.batch_size, config.data
     with p.context():
       t0 = time.perf_counter()
@@ -403,13 +407,15 @@ def benchmark(config, steps: int, rounds: int, warmup: int, compare: bool,
               torch_python: str | None = None,
               peer_venvs: str = DEFAULT_PEER_VENVS) -> dict:
   import jax
-  from bert_jax import flops
+
+  from bert_jax import objectives
   from bert_jax.hf import checkpoint_io
+  from bert_jax.training import utilization
 
   b, t = config.train.batch_size, config.data.seq_length
   dtype = config.model.dtype
   tokens_per_step = b * t
-  peak, peak_source = flops.peak_tflops(dtype,
+  peak, peak_source = utilization.peak_tflops(dtype,
                                         config.train.peak_tflops)
   ours = Ours(config, warmup)
   runners = [("ours", ours)]
@@ -432,11 +438,11 @@ def benchmark(config, steps: int, rounds: int, warmup: int, compare: bool,
     for _, r in runners:
       r.run(steps)
     if measured_peak:  # The machine's best: re-measured between rounds.
-      peak = max(peak, flops.measure_matmul_tflops(dtype, cache=False))
+      peak = max(peak, utilization.measure_matmul_tflops(dtype, cache=False))
 
-  flops_per_step = flops.train_flops_per_step(config)
+  flops_per_step = objectives.train_flops_per_step(config)
   st = _stats(ours.times)
-  tflops, mfu = flops.mfu(flops_per_step, st["p50"], jax.device_count(), peak)
+  tflops, mfu = utilization.mfu(flops_per_step, st["p50"], jax.device_count(), peak)
   result = dict(
       config=dict(layers=config.model.num_hidden_layers,
                   hidden=config.model.hidden_size,
@@ -492,7 +498,9 @@ def compare_variants(config, variants: list[str], steps: int, rounds: int,
   (ablation of the masked-position gather).
   """
   import jax
-  from bert_jax import flops
+
+  from bert_jax import objectives
+  from bert_jax.training import utilization
   runners = []
   for text in ["base:"] + list(variants):
     name, overrides = parse_variant(text)
@@ -509,8 +517,8 @@ def compare_variants(config, variants: list[str], steps: int, rounds: int,
   out = {}
   for name, c, r in runners:
     p50 = _stats(r.times)["p50"]
-    peak, _ = flops.peak_tflops(c.model.dtype, c.train.peak_tflops)
-    _, mfu = flops.mfu(flops.train_flops_per_step(c), p50, jax.device_count(),
+    peak, _ = utilization.peak_tflops(c.model.dtype, c.train.peak_tflops)
+    _, mfu = utilization.mfu(objectives.train_flops_per_step(c), p50, jax.device_count(),
                        peak)
     out[name] = dict(tokens_per_sec=tokens / p50, step_time_p50=p50, mfu=mfu,
                      compile_seconds=r.compile_seconds,
@@ -558,9 +566,12 @@ def seq_length_configs(config, seq_lengths: list[int], tokens: int,
 def compare_seq_lengths(config, seq_lengths: list[int], tokens: int,
                         attention: list[str], steps: int, rounds: int,
                         warmup: int) -> list[dict]:
-  """Per-token step time per (length, attention kind) vs flops.py."""
+  """Per-token step time per (length, attention kind) vs models/flops.py."""
   import jax
-  from bert_jax import flops
+
+  from bert_jax import objectives
+  from bert_jax.models import flops as flops_lib
+  from bert_jax.training import utilization
   cells = seq_length_configs(config, seq_lengths, tokens, attention,
                              jax.default_backend())
   runners = [(t, kind, c, Ours(c, warmup) if c is not None else None)
@@ -575,10 +586,10 @@ def compare_seq_lengths(config, seq_lengths: list[int], tokens: int,
       rows.append(dict(seq_length=t, attention=kind, runs=False))
       continue
     p50 = _stats(r.times)["p50"]
-    fpt = flops.train_flops_per_token(c.model, t,
+    fpt = flops_lib.train_flops_per_token(c.model, t,
                                       c.data.max_predictions_per_seq)
-    peak, _ = flops.peak_tflops(c.model.dtype, c.train.peak_tflops)
-    _, mfu = flops.mfu(flops.train_flops_per_step(c), p50,
+    peak, _ = utilization.peak_tflops(c.model.dtype, c.train.peak_tflops)
+    _, mfu = utilization.mfu(objectives.train_flops_per_step(c), p50,
                        jax.device_count(), peak)
     row = dict(seq_length=t, attention=kind, runs=True,
                batch_size=c.train.batch_size,
@@ -600,7 +611,7 @@ def print_seq_lengths(rows: list[dict], tokens: int, config):
         f"{m.vocab_size}, {m.dtype}, on {jax.device_count()} "
         f"{jax.devices()[0].device_kind}; tokens per batch {tokens}; ratios "
         "are per token against the first row (measured step time vs the "
-        "FLOP count of flops.py)")
+        "FLOP count of models/flops.py)")
   print(f"{'seq':>5} {'attention':22s} {'batch':>5} {'preds':>5} "
         f"{'step ms':>8} {'us/token':>8} {'x time':>7} {'MFLOP/tok':>9} "
         f"{'x flops':>7} {'MFU':>6} {'compile s':>9}")
@@ -682,7 +693,8 @@ if __name__ == "__main__":
     peer_worker(sys.argv[2], sys.argv[3])
     sys.exit(0)
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-  from absl import app, flags
+  from absl import app
+  from absl import flags
   from ml_collections import config_flags
 
   config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py).",

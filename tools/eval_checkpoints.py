@@ -23,13 +23,13 @@ import json
 import os
 import sys
 
+import ml_collections
 from absl import app
 from absl import flags
-import ml_collections
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bert_jax import checkpointing  # pylint: disable=g-import-not-at-top
-from bert_jax import finetune  # pylint: disable=g-import-not-at-top
+from bert_jax.checkpoints import reading as checkpoint_reading
+from bert_jax.downstream import finetuning
 
 SWEEP_FILE = "checkpoint_sweep.json"
 
@@ -42,9 +42,9 @@ def select_steps(steps: list[int], every: int) -> list[int]:
 
 
 def sweep_checkpoints(config, workdir: str, out: str, every: int = 1,
-                      run=finetune.run) -> dict:
+                      run=finetuning.run) -> dict:
   """One fine-tuning per selected step; returns (and writes) the sweep."""
-  steps = checkpointing.committed_steps(workdir)
+  steps = checkpoint_reading.committed_steps(workdir)
   if not steps:
     raise FileNotFoundError(f"{workdir} has no committed checkpoint step.")
   chosen = select_steps(steps, every)

@@ -6,7 +6,7 @@ r"""BERT, ELECTRA, ALBERT and DistilBERT pretrained with equal training FLOPs.
 
 For each family: a config of comparable size on configs/demo.py's data
 settings (demo corpus, seq 64, batch 32, 10 predictions, vocab 4,000), the
-step count that spends the budget by ``flops.train_flops_per_step`` (the
+step count that spends the budget by ``objectives.train_flops_per_step`` (the
 objective's own count), a pretraining run (``python -m bert_jax.main``,
 subprocess), its wall time and held-out metric from WORKDIR/metrics.jsonl,
 then one fine-tuning per seed on the demo task (tools/make_demo_task.py;
@@ -40,7 +40,7 @@ from absl import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-from bert_jax import flops  # pylint: disable=g-import-not-at-top
+from bert_jax import objectives
 
 FAMILIES = ("bert", "electra", "albert", "distil")
 RESULTS_FILE = "family_efficiency.json"
@@ -119,8 +119,9 @@ def steps_for_budget(flops_per_step: float, budget_flops: float) -> int:
 
 def trainable_params(config) -> int:
   from flax import nnx  # pylint: disable=g-import-not-at-top
-  from bert_jax import model as model_lib  # pylint: disable=g-import-not-at-top
+
   from bert_jax import objectives  # pylint: disable=g-import-not-at-top
+  from bert_jax.models import bert as model_lib  # pylint: disable=g-import-not-at-top
   obj = objectives.for_config(config)
   return model_lib.count_params(nnx.eval_shape(
       lambda: obj.make_model(config, nnx.Rngs(0))))
@@ -130,7 +131,7 @@ def plan(family: str, budget_pflops: float, fields: dict,
          learning_rate: float) -> dict:
   """The run of `family`: its overrides with step count and schedule."""
   config = demo_config(fields)
-  per_step = flops.train_flops_per_step(config)
+  per_step = objectives.train_flops_per_step(config)
   steps = steps_for_budget(per_step, budget_pflops * 1e15)
   m = config.model
   layers = (config.objective.student_layers if family == "distil"

@@ -11,15 +11,15 @@ sep_token_id, mask_token_id, pad_token_id and a boolean array word_start
 (True where a token of the original, unmasked input begins a word).
 """
 
+import numpy as np
 from absl import app
 from absl import flags
 from ml_collections import config_flags
-import numpy as np
 
-from bert_jax import features
-from bert_jax import config_checks
-from bert_jax import input_pipeline
-from bert_jax import tokenizers
+from bert_jax.data import features
+from bert_jax.data import pipeline as input_pipeline
+from bert_jax.data import tokenizers
+from bert_jax.training import config_checks
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.")
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/bert_jax_inspect", "Workdir.")

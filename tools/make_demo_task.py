@@ -25,7 +25,7 @@ DEV_EVERY = 5
 
 def task_rows(topics=TOPICS, min_words: int = 3):
   """{"train": [(text, topic)], "dev": [...]}, in corpus order."""
-  from bert_jax import demo_corpus  # pylint: disable=g-import-not-at-top
+  from bert_jax.data import demo_corpus  # pylint: disable=g-import-not-at-top
   docs = dict(demo_corpus.demo_documents())
   missing = [t for t in topics if t not in docs]
   if missing:

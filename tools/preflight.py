@@ -93,7 +93,8 @@ def main(argv=None) -> int:
 
   # One all-reduce over every device of every process.
   import numpy as np
-  from jax.sharding import NamedSharding, PartitionSpec
+  from jax.sharding import NamedSharding
+  from jax.sharding import PartitionSpec
   mesh = jax.make_mesh((jax.device_count(),), ("all",))
   sh = NamedSharding(mesh, PartitionSpec("all"))
   local = np.ones((jax.local_device_count(),), np.float32)

@@ -3,7 +3,7 @@ r"""Compile the BERT train step for TPU topologies, with no TPU, and print memor
 Needs libtpu (``pip install -r requirements-tpu.txt``, 684 MB); the compile
 runs on this machine's CPU against a described TPU topology. For every
 (config, topology, mesh) it lowers and compiles the real jitted
-``train.Programs`` step (same shardings, donation and optimizer as training)
+``steps_lib.Programs`` step (same shardings, donation and optimizer as training)
 and prints XLA's per-device memory analysis: arguments (state + batch),
 temporaries, outputs, plus the parameter + optimizer bytes each device holds
 according to the state shardings.
@@ -169,15 +169,15 @@ def row_key(config_path: str, topology: str, mesh_name: str, config) -> tuple:
 
 
 def check(config_path: str, topology: str, mesh_name: str, config) -> dict:
-  from bert_jax import config_checks
-  from bert_jax import flops
-  from bert_jax import sharding
-  from bert_jax import train
+  from bert_jax import objectives
+  from bert_jax.training import config_checks
+  from bert_jax.training import sharding
+  from bert_jax.training import steps as steps_lib
 
   devices = topology_devices(topology)
   config_checks.validate(config, len(devices), check_sources=False)
   mesh = sharding.make_mesh(config.mesh, devices)
-  programs = train.Programs(config, mesh)
+  programs = steps_lib.Programs(config, mesh)
   start = time.time()
   with programs.context():
     compiled = programs.train_step.lower(
@@ -190,7 +190,7 @@ def check(config_path: str, topology: str, mesh_name: str, config) -> dict:
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   xla_flops = float(cost.get("flops", 0.0))
   hbm_bytes = float(cost.get("bytes accessed", 0.0))
-  model_flops = flops.train_flops_per_step(config) / len(devices)
+  model_flops = objectives.train_flops_per_step(config) / len(devices)
   return {
       "config": os.path.splitext(os.path.basename(config_path))[0],
       "topology": topology,

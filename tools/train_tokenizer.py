@@ -18,7 +18,7 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
-from bert_jax import tokenizers
+from bert_jax.data import tokenizers
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.")
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/bert_jax_tokenizer",

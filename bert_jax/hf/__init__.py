@@ -1,13 +1,16 @@
-"""Hugging Face interop, one job per module.
+"""Hugging Face interop: one parameter-name table per family, read both ways.
 
-  mapping          per-family parameter-name tables (registry), used both ways
+  mapping          the table format, the registry (``TABLE_MODULES``: every
+                   family and its module, loaded on first use) and the
+                   conversions both ways (our param tree <-> HF state dicts)
+  bert             BERT (pretraining, MLM, BertModel) and sequence
+                   classification tables
+  families         ALBERT and DistilBERT tables and config.json conversions
+  electra          ELECTRA's two networks and the pair directory
   checkpoint_io    safetensors / pytorch_model.bin / TF checkpoint / config.json
                    reading and writing, our imported-directory format
   tokenizer_files  our tokenizers as `tokenizers` objects and HF tokenizer files
 
 "What is at this path" (workdir, step, imported, HF dir, TF checkpoint) is
-``bert_jax.pretrained``.
+``bert_jax.pretrained``. May import: ``config_lib``, ``models``, ``data``.
 """
-
-# Families beyond BERT register their tables on import.
-from bert_jax.hf import families  # noqa: E402,F401  pylint: disable=g-import-not-at-top

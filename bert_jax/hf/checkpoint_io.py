@@ -16,9 +16,15 @@ import logging
 import os
 from typing import Any, Mapping
 
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import load_file
+from safetensors.numpy import save_file
+from tokenizers import Tokenizer
 
+from bert_jax import config_lib
 from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
 
@@ -80,7 +86,6 @@ def hf_config_from_model_config(model_config, *, pad_token_id: int = 0,
 
 def model_config_from_hf_config(hf_config: Mapping[str, Any]):
   """An HF config dict (or Google bert_config.json) -> our model config."""
-  from bert_jax import config_lib
   fam = mapping.by_model_type(hf_config.get("model_type", "bert"))
   if fam.config_from_hf is not None:
     return fam.config_from_hf(hf_config)
@@ -146,12 +151,9 @@ def find_tf_checkpoint(path: str) -> str | None:
 
 def _load_safetensors(path: str) -> dict[str, np.ndarray]:
   """safetensors -> numpy; bfloat16 tensors (numpy has none) become float32."""
-  from safetensors import safe_open
-  from safetensors.numpy import load_file
   try:
     return load_file(path)
   except TypeError:  # bfloat16: read through JAX, which has the dtype.
-    import jax.numpy as jnp
     with safe_open(path, framework="flax") as f:
       return {k: np.asarray(f.get_tensor(k).astype(jnp.float32))
               for k in f.keys()}
@@ -225,7 +227,6 @@ def save_imported(out_dir: str, params, model_config,
                   report: mapping.ImportReport,
                   data_overrides: Mapping[str, Any] | None = None) -> None:
   """Write our param tree (flat dotted keys) + model config for init_from."""
-  from safetensors.numpy import save_file
   os.makedirs(out_dir, exist_ok=True)
   flat = {k: mapping.f32(v) for k, v in mapping.flatten_params(params).items()}
   save_file(flat, os.path.join(out_dir, IMPORTED_PARAMS),
@@ -245,7 +246,6 @@ def read_imported_config(path: str) -> dict:
 
 def load_imported(path: str) -> tuple[dict, Any, mapping.ImportReport]:
   """Read a convert_from_hf.py directory -> (params, model config, report)."""
-  from safetensors.numpy import load_file
   flat = load_file(os.path.join(path, IMPORTED_PARAMS))
   cfg = ml_collections.ConfigDict(read_imported_config(path)["model"])
   report = mapping.ImportReport(source=path, format="bert_jax")
@@ -275,7 +275,6 @@ def save_hf_model(out_dir: str, params, model_config, *,
   ``pretrained.untrained_heads``) are flagged: a warning, a note file, and a
   key in config.json.
   """
-  from safetensors.numpy import save_file
   os.makedirs(out_dir, exist_ok=True)
   sd = mapping.to_hf_state_dict(params, family=family)
   word = next(r.hf for r in mapping.get(family).rows
@@ -294,7 +293,6 @@ def save_hf_model(out_dir: str, params, model_config, *,
                 "special_tokens_map.json",
                 "vocab.txt" if tokenizer.kind == "wordpiece" else
                 "spiece.model"]
-    from tokenizers import Tokenizer
     tok = Tokenizer.from_file(os.path.join(out_dir, "tokenizer.json"))
     pad = tok.token_to_id(cfg.get("pad_token", "[PAD]"))
     pad_id = 0 if pad is None else pad

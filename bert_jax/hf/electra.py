@@ -30,12 +30,16 @@ from typing import Any, Mapping
 
 import ml_collections
 import numpy as np
+from safetensors.numpy import save_file
+from tokenizers import Tokenizer
 
-from bert_jax import model as model_lib
+from bert_jax import config_lib
 from bert_jax.hf import checkpoint_io
 from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
 from bert_jax.hf.mapping import Row
+from bert_jax.models import bert as model_lib
+from bert_jax.models import electra as electra_model
 
 DISCRIMINATOR, GENERATOR = "discriminator", "generator"
 ARCHITECTURES = {DISCRIMINATOR: "ElectraForPreTraining",
@@ -102,7 +106,6 @@ CONFIG_FIELDS = ("vocab_size", "embedding_size", "hidden_size",
 
 def network_config(config, network: str) -> ml_collections.ConfigDict:
   """Our model config of one network (the generator's is derived)."""
-  from bert_jax import electra_model
   if network == GENERATOR:
     return electra_model.generator_config(config)
   net = ml_collections.ConfigDict(config.model.to_dict())
@@ -112,7 +115,6 @@ def network_config(config, network: str) -> ml_collections.ConfigDict:
 
 def _network_model(network: str):
   def make(model_config, rngs):
-    from bert_jax import electra_model
     cls = (electra_model.ElectraGeneratorModel if network == GENERATOR else
            electra_model.ElectraDiscriminatorModel)
     return cls(model_config, rngs=rngs)
@@ -225,7 +227,6 @@ def config_from_hf(disc_cfg: Mapping[str, Any], gen_cfg: Mapping[str, Any],
 
   `base`: a config to fill (its other groups kept); default electra_small's.
   """
-  from bert_jax.objectives import electra
   for name, c in ((DISCRIMINATOR, disc_cfg), (GENERATOR, gen_cfg)):
     if c.get("model_type") != "electra":
       raise ValueError(f"{name}/config.json has model_type="
@@ -240,15 +241,15 @@ def config_from_hf(disc_cfg: Mapping[str, Any], gen_cfg: Mapping[str, Any],
                        f"the discriminator's {disc_cfg.get(f)}: they share "
                        "embeddings, so these must be equal.")
   if base is None:
-    from bert_jax import config_lib
     base = config_lib.get_config("base")
   config = ml_collections.ConfigDict(base.to_dict())
   for f in CONFIG_FIELDS:
     if f in disc_cfg:
       config.model[f] = type(config.model[f])(disc_cfg[f])
-  obj = electra.objective_config()
+  obj = config_lib.objective_config()
   if "objective" in config and config.objective.get("name") == "electra":
     obj.update(config.objective.to_dict())
+  obj.name = "electra"
   h, layers = disc_cfg["hidden_size"], disc_cfg["num_hidden_layers"]
   obj.generator_hidden_size = gen_cfg["hidden_size"] / h
   obj.generator_layers = gen_cfg["num_hidden_layers"] / layers
@@ -262,7 +263,6 @@ def save_pretrained(out_dir: str, params, config, *,
                     tokenizer: tokenizer_files.TokenizerSpec | None = None,
                     source: str = "") -> list[str]:
   """Write OUT/discriminator and OUT/generator; returns the files written."""
-  from safetensors.numpy import save_file
   sds = to_hf_state_dicts(params, config)
   written = []
   for network, sd in sds.items():
@@ -275,7 +275,6 @@ def save_pretrained(out_dir: str, params, config, *,
       tok_cfg = tokenizer_files.write_hf_tokenizer_files(
           d, tokenizer,
           model_max_length=int(config.model.max_position_embeddings))
-      from tokenizers import Tokenizer
       tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
       pad = tok.token_to_id(tok_cfg.get("pad_token", "[PAD]"))
       pad_id = 0 if pad is None else pad
@@ -310,7 +309,6 @@ def read_pair_config(path: str, base=None
 
 def check_same_generator(src, dst, path: str) -> None:
   """ValueError naming the objective field when the generators differ."""
-  from bert_jax import electra_model
   a, b = (electra_model.generator_config(c) for c in (src, dst))
   for f in ("hidden_size", "num_hidden_layers", "num_attention_heads",
             "intermediate_size"):

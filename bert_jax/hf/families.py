@@ -13,8 +13,11 @@ DistilBERT: our ``model.BertForMaskedLM`` with type_vocab_size 0.
 
 from __future__ import annotations
 
+from bert_jax import config_lib
 from bert_jax.hf import mapping
 from bert_jax.hf.mapping import Row
+from bert_jax.models import albert
+from bert_jax.models import bert as model_lib
 
 
 def _rows(pairs):
@@ -25,7 +28,6 @@ def _rows(pairs):
 # ALBERT
 # --------------------------------------------------------------------------
 def _albert_model(model_config, rngs):
-  from bert_jax import albert
   return albert.AlbertForPreTraining(model_config, rngs=rngs)
 
 
@@ -54,7 +56,6 @@ def _albert_to_hf(mc, pad_token_id: int = 0) -> dict:
 
 
 def _albert_from_hf(hf_cfg) -> object:
-  from bert_jax import config_lib
   mc = config_lib.model_config("base")
   for f in _ALBERT_FIELDS:
     if f in hf_cfg:
@@ -123,7 +124,6 @@ ALBERT = mapping.register(mapping.Family(
 # DistilBERT
 # --------------------------------------------------------------------------
 def _distil_model(model_config, rngs):
-  from bert_jax import model as model_lib
   return model_lib.BertForMaskedLM(model_config, rngs=rngs)
 
 
@@ -151,7 +151,6 @@ def _distil_to_hf(mc, pad_token_id: int = 0) -> dict:
 
 
 def _distil_from_hf(hf_cfg):
-  from bert_jax import config_lib
   mc = config_lib.model_config("base")
   for hf, ours in _DISTIL_FIELDS:
     if hf in hf_cfg:

@@ -24,10 +24,12 @@ weights (out, in), Google's TF kernels (in, out) except a few.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import re
 from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
+from flax import nnx
 
 
 class Row(NamedTuple):
@@ -93,20 +95,41 @@ class Family:
     return next(r.ours for r in self.rows if "{i}" in r.ours).split("{i}")[0]
 
 
-FAMILIES: dict[str, Family] = {}
+# Every family table and the module that defines it: the one registry. A
+# table is read from its module on first use, so what is known never depends
+# on which modules some caller happened to import before.
+TABLE_MODULES = {
+    "bert": "bert_jax.hf.bert",
+    "bert_classify": "bert_jax.hf.bert",
+    "albert": "bert_jax.hf.families",
+    "distilbert": "bert_jax.hf.families",
+    "electra_discriminator": "bert_jax.hf.electra",
+    "electra_generator": "bert_jax.hf.electra",
+}
+_LOADED: dict[str, Family] = {}
 
 
 def register(family: Family) -> Family:
-  """Adds a family table to the registry (one call per family)."""
-  FAMILIES[family.name] = family
+  """Called once per table by the module TABLE_MODULES names for it."""
+  if TABLE_MODULES.get(family.name) is None:
+    raise ValueError(f"Family {family.name!r} is not listed in "
+                     "bert_jax.hf.mapping.TABLE_MODULES.")
+  _LOADED[family.name] = family
   return family
 
 
 def get(name: str = "bert") -> Family:
-  if name not in FAMILIES:
+  if name not in TABLE_MODULES:
     raise ValueError(f"No Hugging Face table for model family {name!r}; "
-                     f"known: {sorted(FAMILIES)}.")
-  return FAMILIES[name]
+                     f"known: {sorted(TABLE_MODULES)}.")
+  if name not in _LOADED:
+    importlib.import_module(TABLE_MODULES[name])
+  return _LOADED[name]
+
+
+def families() -> dict[str, Family]:
+  """Every registered table, by name (all table modules loaded)."""
+  return {name: get(name) for name in TABLE_MODULES}
 
 
 def table(num_layers: int, family: str = "bert") -> list[Row]:
@@ -116,12 +139,12 @@ def table(num_layers: int, family: str = "bert") -> list[Row]:
 def for_objective(objective: str) -> Family:
   """The family whose params a run of `objective` trains: the one mapping
   from training objective to Hugging Face architecture."""
-  for fam in FAMILIES.values():
+  for fam in families().values():
     if objective in fam.objectives:
       return fam
   raise ValueError(f"objective.name={objective!r} has no Hugging Face export "
                    f"table; exportable objectives: "
-                   f"{sorted(o for f in FAMILIES.values() for o in f.objectives)}.")
+                   f"{sorted(o for f in families().values() for o in f.objectives)}.")
 
 
 def for_hf_config(hf_config: Mapping[str, Any] | None) -> Family:
@@ -130,18 +153,18 @@ def for_hf_config(hf_config: Mapping[str, Any] | None) -> Family:
   hf_config = hf_config or {}
   arch = (hf_config.get("architectures") or [""])[0]
   model_type = hf_config.get("model_type", "bert")
-  for fam in FAMILIES.values():
+  for fam in families().values():
     if arch and fam.export_architecture == arch and (
         fam.model_type == model_type):
       return fam
-  return get(model_type) if model_type in FAMILIES else get()
+  return get(model_type) if model_type in TABLE_MODULES else get()
 def by_model_type(model_type: str) -> Family:
   """The family whose config.json says model_type=`model_type`."""
-  for fam in FAMILIES.values():
+  for fam in families().values():
     if fam.model_type == model_type:
       return fam
   raise ValueError(f"config.json model_type={model_type!r}: only "
-                   f"{sorted(f.model_type for f in FAMILIES.values())} "
+                   f"{sorted(f.model_type for f in families().values())} "
                    "checkpoints can be imported.")
 
 
@@ -149,78 +172,10 @@ def family_of_params(params: Mapping[str, Any]) -> str:
   """The family whose table names exactly this param tree's leaves
   ("bert" when none does, so that BERT's errors stay BERT's)."""
   keys = set(flatten_params(params))
-  for name, fam in FAMILIES.items():
+  for name, fam in families().items():
     if keys == {r.ours for r in fam.table(num_layers_of(params, name))}:
       return name
   return "bert"
-
-
-# --------------------------------------------------------------------------
-# BERT
-# --------------------------------------------------------------------------
-def _bert_model(model_config, rngs):
-  from bert_jax import model as model_lib
-  return model_lib.BertForPreTraining(model_config, rngs=rngs)
-
-
-_L = "bert.layers.{i}."
-_HL = "bert.encoder.layer.{i}."
-_TL = "bert/encoder/layer_{i}/"
-
-BERT = register(Family(
-    name="bert", model_type="bert", make_model=_bert_model,
-    rows=(
-        Row("bert.embeddings.word_embeddings", "bert.embeddings.word_embeddings.weight", "bert/embeddings/word_embeddings", False, False),
-        Row("bert.embeddings.position_embeddings", "bert.embeddings.position_embeddings.weight", "bert/embeddings/position_embeddings", False, False),
-        Row("bert.embeddings.token_type_embeddings", "bert.embeddings.token_type_embeddings.weight", "bert/embeddings/token_type_embeddings", False, False),
-        Row("bert.embeddings.layer_norm.scale", "bert.embeddings.LayerNorm.weight", "bert/embeddings/LayerNorm/gamma", False, False),
-        Row("bert.embeddings.layer_norm.bias", "bert.embeddings.LayerNorm.bias", "bert/embeddings/LayerNorm/beta", False, False),
-        Row(_L + "attention.query.kernel", _HL + "attention.self.query.weight", _TL + "attention/self/query/kernel", True, False),
-        Row(_L + "attention.query.bias", _HL + "attention.self.query.bias", _TL + "attention/self/query/bias", False, False),
-        Row(_L + "attention.key.kernel", _HL + "attention.self.key.weight", _TL + "attention/self/key/kernel", True, False),
-        Row(_L + "attention.key.bias", _HL + "attention.self.key.bias", _TL + "attention/self/key/bias", False, False),
-        Row(_L + "attention.value.kernel", _HL + "attention.self.value.weight", _TL + "attention/self/value/kernel", True, False),
-        Row(_L + "attention.value.bias", _HL + "attention.self.value.bias", _TL + "attention/self/value/bias", False, False),
-        Row(_L + "attention.output.kernel", _HL + "attention.output.dense.weight", _TL + "attention/output/dense/kernel", True, False),
-        Row(_L + "attention.output.bias", _HL + "attention.output.dense.bias", _TL + "attention/output/dense/bias", False, False),
-        Row(_L + "attention.layer_norm.scale", _HL + "attention.output.LayerNorm.weight", _TL + "attention/output/LayerNorm/gamma", False, False),
-        Row(_L + "attention.layer_norm.bias", _HL + "attention.output.LayerNorm.bias", _TL + "attention/output/LayerNorm/beta", False, False),
-        Row(_L + "feed_forward.intermediate.kernel", _HL + "intermediate.dense.weight", _TL + "intermediate/dense/kernel", True, False),
-        Row(_L + "feed_forward.intermediate.bias", _HL + "intermediate.dense.bias", _TL + "intermediate/dense/bias", False, False),
-        Row(_L + "feed_forward.output.kernel", _HL + "output.dense.weight", _TL + "output/dense/kernel", True, False),
-        Row(_L + "feed_forward.output.bias", _HL + "output.dense.bias", _TL + "output/dense/bias", False, False),
-        Row(_L + "feed_forward.layer_norm.scale", _HL + "output.LayerNorm.weight", _TL + "output/LayerNorm/gamma", False, False),
-        Row(_L + "feed_forward.layer_norm.bias", _HL + "output.LayerNorm.bias", _TL + "output/LayerNorm/beta", False, False),
-        Row("bert.pooler.kernel", "bert.pooler.dense.weight", "bert/pooler/dense/kernel", True, False),
-        Row("bert.pooler.bias", "bert.pooler.dense.bias", "bert/pooler/dense/bias", False, False),
-        Row("mlm_head.transform.kernel", "cls.predictions.transform.dense.weight", "cls/predictions/transform/dense/kernel", True, False),
-        Row("mlm_head.transform.bias", "cls.predictions.transform.dense.bias", "cls/predictions/transform/dense/bias", False, False),
-        Row("mlm_head.layer_norm.scale", "cls.predictions.transform.LayerNorm.weight", "cls/predictions/transform/LayerNorm/gamma", False, False),
-        Row("mlm_head.layer_norm.bias", "cls.predictions.transform.LayerNorm.bias", "cls/predictions/transform/LayerNorm/beta", False, False),
-        Row("mlm_head.bias", "cls.predictions.bias", "cls/predictions/output_bias", False, False),
-        # Google stores output_weights (2, hidden), like HF.
-        Row("nsp_head.kernel", "cls.seq_relationship.weight", "cls/seq_relationship/output_weights", True, True),
-        Row("nsp_head.bias", "cls.seq_relationship.bias", "cls/seq_relationship/output_bias", False, False),
-    ),
-    # The MLM decoder is tied to the word embeddings; its bias is
-    # cls.predictions.bias.
-    tied={"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
-          "cls.predictions.decoder.bias": "cls.predictions.bias"},
-    # BertModel has no cls.*, BertForMaskedLM no pooler/NSP.
-    heads={"bert.pooler": "bert.pooler", "mlm_head": "cls.predictions",
-           "nsp_head": "cls.seq_relationship"},
-    architectures=(("cls.seq_relationship.", "BertForPreTraining"),
-                   ("cls.predictions.", "BertForMaskedLM")),
-    default_architecture="BertModel",
-    base_prefix="bert.",
-    shape_fields={"word_embeddings": "vocab_size", "mlm_head.bias": "vocab_size",
-                  "position_embeddings": "max_position_embeddings",
-                  "token_type_embeddings": "type_vocab_size",
-                  "intermediate": "intermediate_size"},
-    export_architecture="BertForPreTraining",
-    objectives=("bert",),
-    sentence_heads=("bert.pooler", "cls.seq_relationship"),
-))
 
 
 # --------------------------------------------------------------------------
@@ -363,14 +318,12 @@ def _layer_patterns(fam: Family) -> list[re.Pattern]:
 
 
 def _fresh_params(fam: Family, model_config, seed: int) -> dict:
-  from flax import nnx
   m = fam.make_model(model_config, nnx.Rngs(seed))
   flat = flatten_params(nnx.to_pure_dict(nnx.state(m, nnx.Param)))
   return {k: np.asarray(v, np.float32) for k, v in flat.items()}
 
 
 def expected_shapes(model_config, family: str = "bert") -> dict[str, tuple]:
-  from flax import nnx
   fam = get(family)
   abstract = nnx.eval_shape(lambda: fam.make_model(model_config, nnx.Rngs(0)))
   flat = flatten_params(nnx.to_pure_dict(nnx.state(abstract, nnx.Param)))
@@ -493,7 +446,6 @@ def make_model(params: Mapping[str, Any], model_config, *,
   `dtype` overrides the compute dtype (float32 for exact comparisons; None
   keeps model_config.dtype).
   """
-  from flax import nnx
   fam = get(family)
   cfg = model_config.copy_and_resolve_references()
   if dtype is not None:
@@ -505,6 +457,3 @@ def make_model(params: Mapping[str, Any], model_config, *,
   nnx.replace_by_pure_dict(state, pure)
   return nnx.merge(graphdef, state, rest)
 
-
-# Families in their own modules register themselves on import.
-from bert_jax.hf import sequence_classification  # pylint: disable=g-import-not-at-top,wrong-import-position,unused-import

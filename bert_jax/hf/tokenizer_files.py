@@ -16,7 +16,17 @@ import re
 import shutil
 from typing import Any
 
-from bert_jax import tokenizers as tokenizers_lib
+from sentencepiece import sentencepiece_model_pb2 as sp_pb2
+from tokenizers import AddedToken
+from tokenizers import Regex
+from tokenizers import Tokenizer
+from tokenizers import decoders
+from tokenizers import models
+from tokenizers import normalizers
+from tokenizers import pre_tokenizers
+from tokenizers import processors
+
+from bert_jax.data import tokenizers as tokenizers_lib
 
 # tokenizer_config.json names of our special tokens: "[CLS]" -> "cls_token".
 SPECIAL_TOKENS = {t.strip("[]").lower() + "_token": t
@@ -32,7 +42,6 @@ class TokenizerSpec:
 
 
 def _special_added_tokens(tokens):
-  from tokenizers import AddedToken
   return [AddedToken(t, special=True, normalized=False) for t in tokens]
 
 
@@ -48,8 +57,6 @@ def _case_folds() -> dict[str, str]:
 
 
 def _wordpiece_tokenizer(vocab_path: str, lower_case: bool):
-  from tokenizers import Tokenizer, decoders, models, normalizers
-  from tokenizers import pre_tokenizers
   with open(vocab_path, encoding="utf-8") as f:
     vocab = {}
     for line in f:
@@ -85,9 +92,6 @@ def _wordpiece_tokenizer(vocab_path: str, lower_case: bool):
 
 def _sentencepiece_tokenizer(model_path: str, lower_case: bool):
   """A `tokenizers` Unigram/BPE tokenizer equal to SentencePiece on plain text."""
-  from sentencepiece import sentencepiece_model_pb2 as sp_pb2
-  from tokenizers import Regex, Tokenizer, decoders, models, normalizers
-  from tokenizers import pre_tokenizers
   proto = sp_pb2.ModelProto()
   with open(model_path, "rb") as f:
     data = f.read()
@@ -171,7 +175,6 @@ def _sentencepiece_tokenizer(model_path: str, lower_case: bool):
 def build_hf_tokenizer(spec: TokenizerSpec):
   """A `tokenizers.Tokenizer` matching the training tokenizer, with BERT's
   [CLS] A [SEP] (B [SEP]) template and the special tokens registered."""
-  from tokenizers import processors
   if spec.kind == "wordpiece":
     tok, vocab = _wordpiece_tokenizer(spec.path, spec.lower_case)
   elif spec.kind == "sentencepiece":
@@ -203,7 +206,6 @@ def write_hf_tokenizer_files(out_dir: str, spec: TokenizerSpec, *,
   vocab = tok.get_vocab()
   specials = {k: v for k, v in SPECIAL_TOKENS.items() if v in vocab}
   if "[UNK]" not in vocab and spec.kind == "sentencepiece":
-    from sentencepiece import sentencepiece_model_pb2 as sp_pb2
     proto = sp_pb2.ModelProto()
     with open(spec.path, "rb") as f:
       proto.ParseFromString(f.read())
@@ -249,7 +251,6 @@ class LoadedTokenizer:
 
 def load_hf_tokenizer(path: str) -> LoadedTokenizer:
   """Tokenizer of an HF directory: tokenizer.json, else vocab.txt (BERT)."""
-  from tokenizers import Tokenizer
   cfg = {}
   cfg_path = os.path.join(path, "tokenizer_config.json")
   if os.path.isfile(cfg_path):

@@ -23,6 +23,8 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from bert_jax.models import flops as flops_lib
+
 
 @dataclasses.dataclass(frozen=True)
 class Objective:
@@ -105,3 +107,13 @@ def safe_div(total, count):
   if isinstance(count, (jax.Array, jnp.ndarray)):
     return total / jnp.maximum(count, 1.0)
   return total / max(count, 1.0)
+
+
+def train_flops_per_step(config) -> float:
+  """Model FLOPs of one optimizer step of `config` (global batch): the
+  objective's own count (``Objective.flops``) or BERT's
+  (``models.flops.bert_flops_per_sequence``)."""
+  objective = config.get("objective", None)
+  name = objective.get("name", "bert") if objective is not None else "bert"
+  per_sequence = get(name).flops or flops_lib.bert_flops_per_sequence
+  return config.train.batch_size * per_sequence(config)

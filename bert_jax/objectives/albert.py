@@ -8,9 +8,9 @@ set. ALBERT configs set ``data.objective="sop"`` and ``data.max_ngram=3``.
 
 from __future__ import annotations
 
-from bert_jax import albert
 from bert_jax import config_lib
-from bert_jax import flops
+from bert_jax.models import albert
+from bert_jax.models import flops as flops_lib
 from bert_jax.objectives import Objective
 from bert_jax.objectives import bert
 
@@ -87,5 +87,5 @@ OBJECTIVE = Objective(
     # Layer sharing saves parameters, not FLOPs; BERT's count with E != H
     # adds the projection and the H -> E MLM transform (the SOP head is
     # negligible).
-    flops=flops.bert_flops_per_sequence, validate=validate,
+    flops=flops_lib.bert_flops_per_sequence, validate=validate,
     encoder_params=encoder_params)

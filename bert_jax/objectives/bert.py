@@ -12,9 +12,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from bert_jax import features
-from bert_jax import model as model_lib
-from bert_jax.objectives import Objective, safe_div
+from bert_jax.data import features
+from bert_jax.models import bert as model_lib
+from bert_jax.objectives import Objective
+from bert_jax.objectives import safe_div
 
 
 def make_model(config, rngs):

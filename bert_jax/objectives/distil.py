@@ -27,11 +27,14 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from bert_jax import features
-from bert_jax import flops as flops_lib
-from bert_jax import model as model_lib
-from bert_jax.objectives import Objective, safe_div
+from bert_jax import pretrained
+from bert_jax.data import features
+from bert_jax.hf import checkpoint_io
+from bert_jax.models import bert as model_lib
+from bert_jax.models import flops as flops_lib
+from bert_jax.objectives import Objective
 from bert_jax.objectives import bert
+from bert_jax.objectives import safe_div
 
 RANDOM_TEACHER = "random"
 
@@ -69,7 +72,6 @@ def load_teacher(config) -> dict:
   """Teacher params (host arrays) from `objective.teacher`, any BERT that
   `bert_jax.pretrained` resolves; its architecture must equal config.model
   (a ValueError names the differing field)."""
-  from bert_jax import pretrained  # pylint: disable=g-import-not-at-top
   source = pretrained.resolve(config.objective.teacher)
   if source.family != "bert":
     raise ValueError(f"objective.teacher={config.objective.teacher} is a "
@@ -205,7 +207,6 @@ def export_student(out_dir: str, params, config, *, tokenizer=None) -> list:
   """Write the student as a Hugging Face DistilBertForMaskedLM directory
   (plus tokenizer files when `tokenizer` is a tokenizer_files.TokenizerSpec);
   returns the files written."""
-  from bert_jax.hf import checkpoint_io  # pylint: disable=g-import-not-at-top
   return checkpoint_io.save_hf_model(out_dir, params, student_config(config),
                                      tokenizer=tokenizer, family="distilbert")
 

@@ -9,7 +9,7 @@ One step, as google-research/electra ``run_pretraining.py``:
 2. The generator (a small BERT MLM) gives logits at the masked positions; its
    loss is the usual MLM cross-entropy.
 3. One token per masked position is sampled from those logits (temperature
-   ``objective.temperature``, the step's rng), without gradient.
+   ``objective.generator_temperature``, the step's rng), without gradient.
 4. The discriminator reads the ORIGINAL sequence with the samples written at
    the masked positions and labels every real token: 1 = replaced (sample !=
    original), 0 = original (a sample equal to the original counts as original).
@@ -22,40 +22,14 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import optax
 from flax import nnx
 
-from bert_jax import electra_model
-from bert_jax import features
-from bert_jax import flops as flops_lib
-from bert_jax.objectives import Objective, safe_div
-
-
-def objective_config() -> ml_collections.ConfigDict:
-  """The ``objective`` group of an ELECTRA run (configure_pretraining.py)."""
-  return ml_collections.ConfigDict(dict(
-      name="electra",
-      # Generator size as a fraction of the discriminator's hidden size
-      # (0.25 ELECTRA-Small, 1/3 Base and Large) and of its depth.
-      generator_hidden_size=0.25,
-      generator_layers=1.0,
-      # 0 = as google-research/electra: max(1, hidden // 64) heads and a
-      # 4 x hidden FFN. Set to match a generator imported from HF.
-      generator_num_attention_heads=0,
-      generator_intermediate_size=0,
-      gen_weight=1.0,  # MLM (generator) loss weight.
-      disc_weight=50.0,  # Replaced-token-detection loss weight.
-      temperature=1.0,  # Of the generator's sampling softmax.
-  ))
-
-
-def settings(config) -> ml_collections.ConfigDict:
-  """config.objective over the ELECTRA defaults, so that
-  ``--config.objective.name=electra`` works on any config."""
-  out = objective_config()
-  out.update({k: v for k, v in config.objective.items() if k in out})
-  return out
+from bert_jax.data import features
+from bert_jax.models import electra as electra_model
+from bert_jax.models import flops as flops_lib
+from bert_jax.objectives import Objective
+from bert_jax.objectives import safe_div
 
 
 def make_model(config, rngs: nnx.Rngs):
@@ -135,7 +109,7 @@ def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
                              ids[..., None], axis=-1)[..., 0]
 
   corrupted, labels, samples = replace_tokens(
-      mlm_logits, batch, sample_key, settings(config).temperature)
+      mlm_logits, batch, sample_key, config.objective.generator_temperature)
   disc_logits = model.discriminator_logits(
       corrupted, batch["input_mask"], batch["segment_ids"],
       deterministic=deterministic, rngs=rngs)
@@ -164,7 +138,7 @@ def counts(batch, config) -> dict:
 
 
 def loss(sums, counts_, config):
-  obj = settings(config)
+  obj = config.objective
   return (obj.gen_weight * safe_div(sums["mlm_loss"], counts_["mlm_weight"])
           + obj.disc_weight * safe_div(sums["disc_loss"],
                                        counts_["disc_weight"]))

@@ -1,0 +1,11 @@
+"""Checkpoints: Orbax manager, fit checks, one writer per workdir.
+
+  manager.py        the Orbax CheckpointManager (async saves, iterator state,
+                    quarantine of damaged steps, mesh-free param loading)
+  checks.py         does a checkpoint fit this model / mesh (messages that
+                    name the parameter and both configs)
+  workdir_lock.py   one writer per workdir (flock locally, an identity
+                    object on gs://)
+
+May import: ``config_lib``. Nothing of training, downstream or the models.
+"""

@@ -1,0 +1,17 @@
+"""Input: sources, tokenizers, example building, in-graph masking, iterators.
+
+  features.py       batch feature names, shapes and dtypes (one spec for the
+                    pipeline, the steps, tools and tests)
+  sources.py        which text files / TFDS splits a run reads, streamed
+  demo_corpus.py    the corpus every fresh machine has (CPython's docs)
+  tokenizers.py     in-graph SentencePiece / WordPiece; trained and cached
+  examples.py       NSP / SOP pairs and packed sequences from blocks of lines
+  masking.py        MLM masking inside the tf.data graph (stateless, resumable)
+  pipeline.py       assembles the pretraining tf.data pipeline
+  iterator.py       per-host batches with a saveable state and data counters
+  task_sources.py   downstream tasks: GLUE (TFDS) and the user's CSV/TSV/JSONL
+  task_data.py      downstream batches: [CLS] A [SEP] B [SEP], length buckets
+
+May import: ``config_lib`` and ``models``. Never training, downstream or an
+entry point.
+"""

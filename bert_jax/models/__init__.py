@@ -1,0 +1,14 @@
+"""Encoders and heads in Flax NNX, and their analytic FLOPs.
+
+  bert.py      BERT's embeddings, encoder blocks, attention kinds and heads
+               (pretraining, masked LM, sequence classification)
+  albert.py    ALBERT: factorized embeddings, blocks shared across layers
+  electra.py   ELECTRA's generator and discriminator on shared embeddings
+  splash.py    the TPU splash-attention kernel behind attention_impl="splash"
+  logical.py   activation sharding constraints by logical axis name
+  flops.py     training FLOPs of an encoder and an MLM head, per token
+
+Model code names logical axes only ("embed", "mlp", "heads", ...); the mesh
+and the rules that map them live in the config (``training/sharding.py``).
+May import: ``bert_jax.config_lib``. Nothing else of ours.
+"""

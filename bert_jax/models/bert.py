@@ -1,0 +1,372 @@
+"""The BERT encoder of Devlin et al. 2019 in Flax NNX, with pretraining heads.
+
+The module tree mirrors Hugging Face ``BertForPreTraining`` one to one
+(``bert.embeddings.word_embeddings`` <-> ``embeddings.word_embeddings`` ...),
+so conversion is a renaming plus a transpose of dense kernels (see ``hf/mapping.py``).
+Parameters carry logical axis names only; ``training/sharding.py`` maps them
+to a mesh.
+
+Numerics: parameters are float32; matmul inputs are cast to
+``model.dtype`` and accumulate in float32 (on this CPU's AMX and on TPU/GPU
+that is the fast path); softmax, LayerNorm and logits run in float32.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+from flax import nnx
+
+from bert_jax.models import logical
+from bert_jax.models.attention import ATTENTION_IMPLS
+from bert_jax.models.attention import SelfAttention
+from bert_jax.models.attention import attention_bias
+from bert_jax.models.layers import ACTIVATIONS
+from bert_jax.models.layers import REMAT_POLICIES
+from bert_jax.models.layers import Dense
+from bert_jax.models.layers import LayerNorm
+from bert_jax.models.layers import compute_dtype
+from bert_jax.models.layers import normal_init
+from bert_jax.models.layers import zeros_init
+
+
+def embedding_size(config: ml_collections.ConfigDict) -> int:
+  """E: width of the embedding tables (HF ``embedding_size``; 0/None = H).
+
+  When E != hidden_size the embeddings are factorized (ELECTRA-Small, ALBERT):
+  tables of width E and a projection E -> H at the encoder's input.
+  """
+  return int(config.embedding_size or config.hidden_size)
+
+
+class Embeddings(nnx.Module):
+  """Token + position + segment embeddings, summed, LayerNorm, dropout.
+
+  Width E = :func:`embedding_size` (the hidden size unless factorized); the
+  projection to the hidden size belongs to the :class:`Encoder` that reads
+  them, so that two encoders of different widths can share one table
+  (ELECTRA's generator and discriminator).
+  With model.type_vocab_size 0 there is no segment table (DistilBERT).
+  """
+
+  def __init__(self, config, *, rngs: nnx.Rngs):
+    d = embedding_size(config)
+    self.word_embeddings = nnx.Param(normal_init(config, ("vocab", "embed"))(
+        rngs.params(), (config.vocab_size, d)))
+    self.position_embeddings = nnx.Param(normal_init(config, ("position", "embed"))(
+        rngs.params(), (config.max_position_embeddings, d)))
+    self.token_type_embeddings = nnx.Param(normal_init(config, ("type", "embed"))(
+        rngs.params(), (config.type_vocab_size, d))
+    ) if config.type_vocab_size else None
+    self.layer_norm = LayerNorm(config, d, rngs=rngs)
+    self.dropout = nnx.Dropout(config.hidden_dropout_prob)
+    self.dtype = compute_dtype(config)
+
+  def __call__(self, input_ids, segment_ids, *, deterministic, rngs):
+    seq_len = input_ids.shape[-1]
+    # Gather the fsdp-split embed dim first: a lookup in a table split on
+    # its output dim makes XLA replicate the whole result ("involuntary full
+    # rematerialization") to reach the batch-split activation layout.
+    table = logical.constrain(self.word_embeddings[...], ("vocab", None))
+    x = jnp.take(table, input_ids, axis=0)
+    x = x + self.position_embeddings[...][:seq_len][None]
+    if self.token_type_embeddings is not None:
+      types = logical.constrain(self.token_type_embeddings[...],
+                                ("type", None))
+      x = x + jnp.take(types, segment_ids, axis=0)
+    x = logical.constrain(x, ("activation_batch", "activation_length",
+                              "activation_embed"))
+    x = self.layer_norm(x)
+    return self.dropout(x, deterministic=deterministic, rngs=rngs)
+
+
+class FeedForward(nnx.Module):
+  """Dense -> GELU -> Dense, post-LN residual (BertIntermediate + BertOutput)."""
+
+  def __init__(self, config, *, rngs: nnx.Rngs):
+    d, f = config.hidden_size, config.intermediate_size
+    self.intermediate = Dense(config, d, f, ("embed", "mlp"), rngs=rngs)
+    self.output = Dense(config, f, d, ("mlp", "embed"), rngs=rngs)
+    self.layer_norm = LayerNorm(config, d, rngs=rngs)
+    self.dropout = nnx.Dropout(config.hidden_dropout_prob)
+    self.act = ACTIVATIONS[config.hidden_act]
+
+  def __call__(self, x, *, deterministic, rngs):
+    h = self.act(self.intermediate(x))
+    h = logical.constrain(h, ("activation_batch", "activation_length",
+                              "activation_mlp"))
+    out = self.dropout(self.output(h), deterministic=deterministic, rngs=rngs)
+    return self.layer_norm(out + x)
+
+
+class Layer(nnx.Module):
+  """One post-LN transformer block (BertLayer)."""
+
+  def __init__(self, config, *, rngs: nnx.Rngs):
+    self.attention = SelfAttention(config, rngs=rngs)
+    self.feed_forward = FeedForward(config, rngs=rngs)
+
+  def __call__(self, x, mask_bias, *, deterministic, rngs):
+    x = self.attention(x, mask_bias, deterministic=deterministic, rngs=rngs)
+    x = self.feed_forward(x, deterministic=deterministic, rngs=rngs)
+    return logical.constrain(x, ("activation_batch", "activation_length",
+                                 "activation_embed"))
+
+
+def apply_layer(layer, x, mask_bias, policy: str, *, deterministic, rngs):
+  """One block, rematerialized per `model.remat_policy` ("none": stored)."""
+  if policy == "none":
+    return layer(x, mask_bias, deterministic=deterministic, rngs=rngs)
+  # Recompute the block in the backward pass (activation memory).
+  return nnx.remat(
+      lambda l, x, m, r: l(x, m, deterministic=deterministic, rngs=r),
+      policy=REMAT_POLICIES[policy])(layer, x, mask_bias, rngs)
+
+
+def pool(pooler, x):
+  """Dense + tanh on the [CLS] position, in float32."""
+  return jnp.tanh(pooler(x[:, 0]).astype(jnp.float32))
+
+
+def run_layers(layers, x, mask_bias, remat_policy: str, *, deterministic,
+               rngs):
+  """The transformer stack, each block optionally rematerialized."""
+  for layer in layers:
+    x = apply_layer(layer, x, mask_bias, remat_policy,
+                    deterministic=deterministic, rngs=rngs)
+  return x
+
+
+class Encoder(nnx.Module):
+  """Embedded input [B,T,E] -> hidden states [B,T,H]: an optional
+  ``embeddings_project`` (E -> H, only when E != H) and the layer stack.
+
+  The building block of encoders that read someone else's embeddings
+  (ELECTRA's generator and discriminator share one :class:`Embeddings`).
+  """
+
+  def __init__(self, config, *, rngs: nnx.Rngs):
+    validate_model_config(config)
+    e, h = embedding_size(config), config.hidden_size
+    self.embeddings_project = (
+        Dense(config, e, h, (None, "embed"), rngs=rngs) if e != h else None)
+    self.layers = nnx.List(
+        [Layer(config, rngs=rngs) for _ in range(config.num_hidden_layers)])
+    self.remat_policy = config.remat_policy
+
+  def __call__(self, x, input_mask, *, deterministic=True, rngs=None):
+    if self.embeddings_project is not None:
+      x = self.embeddings_project(x)
+      x = logical.constrain(x, ("activation_batch", "activation_length",
+                                "activation_embed"))
+    return run_layers(self.layers, x, attention_bias(input_mask),
+                      self.remat_policy, deterministic=deterministic,
+                      rngs=rngs)
+
+
+def check_unfactorized(config) -> None:
+  """BERT pretraining and its Hugging Face layout have no E -> H projection."""
+  if embedding_size(config) != config.hidden_size:
+    raise ValueError(
+        f"model.embedding_size={config.embedding_size} != model.hidden_size="
+        f"{config.hidden_size}: BERT has no embedding projection; set "
+        "model.embedding_size=0 (factorized embeddings are for ELECTRA).")
+
+
+class BertModel(nnx.Module):
+  """Embeddings, encoder stack and pooler (dense + tanh on [CLS]).
+
+  With E != H (``model.embedding_size``) an ``embeddings_project`` E -> H
+  follows the embeddings: the encoder of a fine-tuned ELECTRA discriminator
+  or ALBERT. The pretraining models below keep BERT's E == H.
+  """
+
+  def __init__(self, config, *, rngs: nnx.Rngs, add_pooling_layer=True):
+    validate_model_config(config)
+    self.embeddings = Embeddings(config, rngs=rngs)
+    e, h = embedding_size(config), config.hidden_size
+    self.embeddings_project = (
+        Dense(config, e, h, (None, "embed"), rngs=rngs) if e != h else None)
+    self.layers = nnx.List(
+        [Layer(config, rngs=rngs) for _ in range(config.num_hidden_layers)])
+    self.remat_policy = config.remat_policy
+    self.pooler = Dense(config, config.hidden_size, config.hidden_size,
+                        ("embed", None), rngs=rngs) if add_pooling_layer else None
+
+  def __call__(self, input_ids, input_mask, segment_ids, *,
+               deterministic=True, rngs=None):
+    """Returns (sequence_output [B,T,d], pooled_output [B,d] or None)."""
+    x = self.embeddings(input_ids, segment_ids, deterministic=deterministic,
+                        rngs=rngs)
+    if self.embeddings_project is not None:
+      x = self.embeddings_project(x)
+    x = run_layers(self.layers, x, attention_bias(input_mask),
+                   self.remat_policy, deterministic=deterministic, rngs=rngs)
+    if self.pooler is None:
+      return x, None
+    return x, pool(self.pooler, x)
+
+  def hidden_states(self, input_ids, input_mask, segment_ids,
+                    num_layers: int | None = None) -> list:
+    """Inference only: [embeddings output, layer 1, ..., layer n] ([B,T,d]).
+
+    Indexed like Hugging Face's ``output_hidden_states`` (0 = embeddings).
+    `num_layers` stops after that many blocks, so an intermediate layer
+    costs only the blocks below it.
+    """
+    n = len(self.layers) if num_layers is None else num_layers
+    x = self.embeddings(input_ids, segment_ids, deterministic=True, rngs=None)
+    if self.embeddings_project is not None:
+      x = self.embeddings_project(x)
+    mask_bias = attention_bias(input_mask)
+    states = [x]
+    for layer in list(self.layers)[:n]:
+      x = layer(x, mask_bias, deterministic=True, rngs=None)
+      states.append(x)
+    return states
+
+
+class MaskedLMHead(nnx.Module):
+  """Dense + GELU + LayerNorm, then the decoder tied to the word embeddings.
+
+  The transform maps the hidden size H to the embedding width E (equal for
+  BERT; ELECTRA's generator maps its small H to the shared E; ALBERT's H to
+  its factorized E).
+  """
+
+  def __init__(self, config, *, rngs: nnx.Rngs):
+    h, e = config.hidden_size, embedding_size(config)
+    self.transform = Dense(config, h, e, ("embed", None), rngs=rngs)
+    self.layer_norm = LayerNorm(config, e, rngs=rngs)
+    self.bias = nnx.Param(zeros_init(("vocab",))(rngs.params(),
+                                             (config.vocab_size,)))
+    self.dtype = compute_dtype(config)
+    self.act = ACTIVATIONS[config.hidden_act]
+
+  def __call__(self, x, word_embeddings):
+    h = self.layer_norm(self.act(self.transform(x)))
+    logits = jnp.einsum("...d,vd->...v", h, word_embeddings.astype(self.dtype),
+                        preferred_element_type=jnp.float32)
+    return logits + self.bias[...]
+
+
+class BertForPreTraining(nnx.Module):
+  """BERT with the MLM and NSP heads (HF ``BertForPreTraining``)."""
+
+  def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
+    check_unfactorized(config)
+    self.bert = BertModel(config, rngs=rngs)
+    self.mlm_head = MaskedLMHead(config, rngs=rngs)
+    self.nsp_head = Dense(config, config.hidden_size, 2, ("embed", "classes"),
+                          rngs=rngs)
+
+  def __call__(self, input_ids, input_mask, segment_ids,
+               masked_lm_positions=None, *, deterministic=True, rngs=None):
+    """Returns dict(mlm_logits, nsp_logits, sequence_output, pooled_output).
+
+    With `masked_lm_positions` [B,P], MLM logits are computed only at those
+    positions ([B,P,V]); without, at every position ([B,T,V]).
+    """
+    seq, pooled = self.bert(input_ids, input_mask, segment_ids,
+                            deterministic=deterministic, rngs=rngs)
+    if masked_lm_positions is not None:
+      seq_for_mlm = jnp.take_along_axis(seq, masked_lm_positions[..., None],
+                                        axis=1)
+    else:
+      seq_for_mlm = seq
+    mlm_logits = self.mlm_head(seq_for_mlm,
+                               self.bert.embeddings.word_embeddings[...])
+    nsp_logits = (pooled @ self.nsp_head.kernel[...]
+                  + self.nsp_head.bias[...])
+    return dict(mlm_logits=mlm_logits, nsp_logits=nsp_logits,
+                sequence_output=seq, pooled_output=pooled)
+
+
+def gather_positions(seq, positions):
+  """[B,T,d] at [B,P] positions -> [B,P,d]; all of `seq` when None."""
+  if positions is None:
+    return seq
+  return jnp.take_along_axis(seq, positions[..., None], axis=1)
+
+
+class BertForMaskedLM(nnx.Module):
+  """Encoder without pooler plus the tied MLM head (HF ``BertForMaskedLM``;
+  with type_vocab_size=0 it is the layout of ``DistilBertForMaskedLM``)."""
+
+  def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
+    check_unfactorized(config)
+    self.bert = BertModel(config, rngs=rngs, add_pooling_layer=False)
+    self.mlm_head = MaskedLMHead(config, rngs=rngs)
+
+  def __call__(self, input_ids, input_mask, segment_ids,
+               masked_lm_positions=None, *, deterministic=True, rngs=None):
+    """Returns dict(mlm_logits, sequence_output), as BertForPreTraining."""
+    seq, _ = self.bert(input_ids, input_mask, segment_ids,
+                       deterministic=deterministic, rngs=rngs)
+    mlm_logits = self.mlm_head(gather_positions(seq, masked_lm_positions),
+                               self.bert.embeddings.word_embeddings[...])
+    return dict(mlm_logits=mlm_logits, sequence_output=seq)
+
+
+class BertForSequenceClassification(nnx.Module):
+  """BERT with a classification / regression head on the pooled [CLS]
+  (HF ``BertForSequenceClassification``: pooler -> dropout -> linear).
+
+  `config.num_labels` outputs; 1 means regression (STS-B).
+  """
+
+  def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
+    self.bert = BertModel(config, rngs=rngs)
+    self.dropout = nnx.Dropout(config.hidden_dropout_prob)
+    self.classifier = Dense(config, config.hidden_size, config.num_labels,
+                            ("embed", "classes"), rngs=rngs)
+
+  def __call__(self, input_ids, input_mask, segment_ids, *,
+               deterministic=True, rngs=None):
+    """Returns logits [B, num_labels] in float32."""
+    _, pooled = self.bert(input_ids, input_mask, segment_ids,
+                          deterministic=deterministic, rngs=rngs)
+    pooled = self.dropout(pooled, deterministic=deterministic, rngs=rngs)
+    return (pooled @ self.classifier.kernel[...]
+            + self.classifier.bias[...]).astype(jnp.float32)
+
+
+def validate_model_config(config: ml_collections.ConfigDict) -> None:
+  """Raise one clear ValueError for an inconsistent model config."""
+  if config.hidden_size % config.num_attention_heads:
+    raise ValueError(
+        f"model.hidden_size={config.hidden_size} is not divisible by "
+        f"model.num_attention_heads={config.num_attention_heads}.")
+  if config.attention_impl not in ATTENTION_IMPLS:
+    raise ValueError(f"model.attention_impl={config.attention_impl!r} must be "
+                     f"one of {ATTENTION_IMPLS}.")
+  remat = config.remat_policy
+  if remat != "none" and remat not in REMAT_POLICIES:
+    raise ValueError(f"model.remat_policy={remat!r} must be 'none' or one of "
+                     f"{tuple(REMAT_POLICIES)}.")
+  if config.hidden_act not in ACTIVATIONS:
+    raise ValueError(f"model.hidden_act={config.hidden_act!r} is not supported;"
+                     f" use one of {tuple(ACTIVATIONS)} ('gelu' is BERT's exact"
+                     " erf GELU, 'gelu_new' ALBERT's tanh approximation).")
+  for field in ("vocab_size", "hidden_size", "num_hidden_layers",
+                "intermediate_size", "max_position_embeddings"):
+    if int(config[field]) <= 0:
+      raise ValueError(f"model.{field}={config[field]} must be positive.")
+  if int(config.type_vocab_size) < 0 or int(config.embedding_size) < 0:
+    raise ValueError(
+        f"model.type_vocab_size={config.type_vocab_size} and "
+        f"model.embedding_size={config.embedding_size} must be >= 0 "
+        "(0: no segment table / tables as wide as hidden_size).")
+  groups, layers = int(config.num_hidden_groups), int(config.num_hidden_layers)
+  if groups < 1 or layers % groups or int(config.inner_group_num) < 1:
+    raise ValueError(
+        f"model.num_hidden_groups={groups} must be >= 1 and divide "
+        f"model.num_hidden_layers={layers}; model.inner_group_num="
+        f"{config.inner_group_num} must be >= 1.")
+
+
+def count_params(model: nnx.Module) -> int:
+  """Number of parameters (the tied MLM decoder is the embedding: counted once)."""
+  state = nnx.state(model, nnx.Param)
+  return sum(int(x.size) for x in jax.tree.leaves(state))

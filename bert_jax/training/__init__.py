@@ -1,0 +1,19 @@
+"""Training: the mesh, the jitted steps, the optimizer and the loop.
+
+  steps.py              sharded train state; pure train / eval steps of any
+                        objective; ``Programs`` (them jitted on a mesh)
+  trainer.py            the loop (``Trainer``) and the pretraining job
+  config_checks.py      every check of a run's config, before anything is
+                        written
+  pretraining_input.py  a pretraining run's tokenizer, train iterator (per
+                        phase) and eval batches
+  sharding.py           mesh from config, logical-axis rules, shardings
+  optim.py              AdamW / LAMB, schedule, clipping, decay mask
+  phases.py             the phases of one run (128 -> 512 tokens)
+  preemption.py         SIGTERM / SIGINT saves, the non-finite policy
+  metrics_writer.py     metrics.jsonl and TensorBoard
+  utilization.py        peak TFLOP/s per device and MFU
+
+May import: ``models``, ``data``, ``checkpoints``, ``hf``, ``pretrained``,
+``objectives``. Never downstream or an entry point.
+"""

@@ -1,0 +1,279 @@
+"""Sharded train state and the jitted train / eval steps of any objective.
+
+Read top to bottom: State, Update step, Eval step, Programs. The steps are
+pure functions of (state, batch) jitted with explicit in/out shardings and
+donated state; the model is rebuilt inside the trace from its static graphdef
+and the params pytree. The loop that drives them is ``training/trainer.py``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+from flax import nnx
+
+from bert_jax import objectives
+from bert_jax.checkpoints import reading as checkpoint_reading
+from bert_jax.data import features
+from bert_jax.training import optim
+from bert_jax.training import phases as phases_lib
+from bert_jax.training import sharding
+
+
+# ==============================================================================
+# State: created directly sharded (eval_shape -> shardings -> jitted init).
+# ==============================================================================
+def abstract_model(config: ml_collections.ConfigDict, objective=None):
+  objective = objective or objectives.for_config(config)
+  return nnx.eval_shape(lambda: objective.make_model(config, nnx.Rngs(0)))
+
+
+def abstract_frozen(config, objective):
+  """The objective's fixed module (a teacher) as shapes, or None."""
+  if objective.make_frozen is None:
+    return None
+  return nnx.eval_shape(lambda: objective.make_frozen(config, nnx.Rngs(0)))
+
+
+def init_state_fn(config, objective, tx):
+  """A function () -> train state; jitted with out_shardings, never run eagerly.
+
+  Objectives with fixed params (`make_frozen`) get them as state["frozen"]:
+  carried through every step unchanged, checkpointed with the rest.
+  """
+
+  def init():
+    root = jax.random.key(config.train.seed)
+    model = objective.make_model(
+        config, nnx.Rngs(params=jax.random.fold_in(root, 0)))
+    params = nnx.state(model, nnx.Param).to_pure_dict()
+    state = dict(
+        step=jnp.zeros((), jnp.int32),
+        rng=jax.random.key_data(jax.random.fold_in(root, 1)),
+        params=params,
+        opt_state=tx.init(params),
+        nonfinite_steps=jnp.zeros((), jnp.int32),
+        nonfinite_in_a_row=jnp.zeros((), jnp.int32),
+    )
+    if objective.make_frozen is not None:  # Salt 2 is the eval rng's.
+      frozen = objective.make_frozen(
+          config, nnx.Rngs(params=jax.random.fold_in(root, 3)))
+      state["frozen"] = nnx.state(frozen, nnx.Param).to_pure_dict()
+    return state
+
+  return init
+
+
+def state_shardings(config, mesh, tx, abstract_state, objective):
+  rules = sharding.rules(config.mesh)
+  _, abs_params = nnx.split(abstract_model(config, objective), nnx.Param)
+  params = sharding.param_shardings(abs_params, mesh, rules)
+  rep = sharding.replicated(mesh)
+  out = dict(
+      step=rep, rng=rep, params=params,
+      opt_state=sharding.opt_state_shardings(tx, abstract_state["opt_state"],
+                                             params, mesh),
+      nonfinite_steps=rep, nonfinite_in_a_row=rep)
+  frozen = abstract_frozen(config, objective)
+  if frozen is not None:
+    out["frozen"] = sharding.param_shardings(
+        nnx.split(frozen, nnx.Param)[1], mesh, rules)
+  return out
+
+
+def _frozen_kwargs(frozen, frozen_graphdef) -> dict:
+  """{"frozen": module} for loss_sums when the objective has fixed params."""
+  if frozen is None:
+    return {}
+  return {"frozen": nnx.merge(frozen_graphdef,
+                              jax.lax.stop_gradient(frozen))}
+
+
+# ==============================================================================
+# Update step.
+# ==============================================================================
+def _microbatches(batch, k: int):
+  """[B, ...] -> [k, B/k, ...] taking every k-th row, so that each microbatch
+  is spread over all data-parallel devices rather than living on a few."""
+  def split(x):
+    x = x.reshape((x.shape[0] // k, k) + x.shape[1:])
+    return jnp.swapaxes(x, 0, 1)
+  return jax.tree.map(split, batch)
+
+
+def train_step(state, batch, *, graphdef, tx, config, objective,
+               frozen_graphdef=None):
+  """One optimizer update on a global batch; returns (state, metrics).
+
+  The objective's loss is normalised by counts of the whole global batch,
+  so gradient accumulation and any mesh give the same update.
+  """
+  accum = int(config.train.grad_accum_steps)
+  step = state["step"]
+  key = jax.random.fold_in(jax.random.wrap_key_data(state["rng"]), step)
+  counts = objective.counts(batch, config)
+
+  def loss_fn(params, micro, micro_key):
+    model = nnx.merge(graphdef, params)
+    sums = objective.loss_sums(
+        model, micro, micro_key, False, config,
+        **_frozen_kwargs(state.get("frozen"), frozen_graphdef))
+    return objective.loss(sums, counts, config), sums
+
+  grad_fn = jax.grad(loss_fn, has_aux=True)
+  params = state["params"]
+  if accum == 1:
+    grads, sums = grad_fn(params, batch, key)
+  else:
+    def body(carry, xs):
+      g_acc, s_acc = carry
+      micro, i = xs
+      g, s = grad_fn(params, micro, jax.random.fold_in(key, i))
+      return (jax.tree.map(jnp.add, g_acc, g),
+              jax.tree.map(jnp.add, s_acc, s)), None
+    zeros_g = jax.tree.map(jnp.zeros_like, params)
+    first = jax.tree.map(lambda x: x[0], _microbatches(batch, accum))
+    sums_shape = jax.eval_shape(lambda: loss_fn(params, first, key)[1])
+    zeros_s = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), sums_shape)
+    (grads, sums), _ = jax.lax.scan(
+        body, (zeros_g, zeros_s), (_microbatches(batch, accum),
+                                   jnp.arange(accum)))
+
+  loss = objective.loss(sums, counts, config)
+  grad_norm = optax.tree.norm(grads)
+  updates, new_opt_state = tx.update(grads, state["opt_state"], params)
+  new_params = optax.apply_updates(params, updates)
+
+  # A non-finite loss or gradient never reaches the weights: the update is
+  # dropped and counted; the loop applies the configured policy.
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+  keep = lambda new, old: jax.tree.map(
+      lambda a, b: jnp.where(finite, a, b), new, old)
+  new_state = dict(
+      step=step + 1,
+      rng=state["rng"],
+      params=keep(new_params, params),
+      opt_state=keep(new_opt_state, state["opt_state"]),
+      nonfinite_steps=state["nonfinite_steps"] + (~finite).astype(jnp.int32),
+      nonfinite_in_a_row=jnp.where(finite, 0, state["nonfinite_in_a_row"] + 1),
+  )
+  if "frozen" in state:
+    new_state["frozen"] = state["frozen"]
+  schedule = optim.learning_rate_schedule(config.train,
+                                         phases_lib.resolve(config))
+  metrics = dict(objective.metrics(sums, counts, config),
+                 learning_rate=schedule(step), grad_norm=grad_norm,
+                 finite=finite)
+  metrics["loss"] = loss
+  return new_state, metrics
+
+
+def batch_loss(params, batch, *, graphdef, config, objective, rng=None,
+               frozen=None, frozen_graphdef=None):
+  """The train step's loss on one whole batch, without dropout when `rng`
+  is None: what tests and tools differentiate to compare with a step."""
+  model = nnx.merge(graphdef, params)
+  key = jax.random.key(0) if rng is None else rng
+  sums = objective.loss_sums(model, batch, key, rng is None, config,
+                             **_frozen_kwargs(frozen, frozen_graphdef))
+  return objective.loss(sums, objective.counts(batch, config), config)
+
+
+# ==============================================================================
+# Eval step: per-batch sums, added up on the host.
+# ==============================================================================
+def eval_step(params, batch, rng, frozen=None, *, graphdef, config, objective,
+              frozen_graphdef=None):
+  """Sums of one eval batch; `rng` only feeds objectives that sample;
+  `frozen` is state["frozen"] for objectives that hold fixed params."""
+  model = nnx.merge(graphdef, params)
+  return objective.loss_sums(model, batch, jax.random.wrap_key_data(rng),
+                             True, config,
+                             **_frozen_kwargs(frozen, frozen_graphdef))
+
+
+# ==============================================================================
+# Jitted programs for a config on a mesh (used by the Trainer, tests, tools).
+# ==============================================================================
+class Programs:
+  """State shardings plus jitted init / train_step / eval_step on a mesh.
+
+  `train_step` and `eval_step` are `jax.jit` objects (call them, or
+  `.lower(...).compile()` them); run them inside `self.context()` so that
+  activation constraints see the mesh and rules.
+  """
+
+  def __init__(self, config: ml_collections.ConfigDict, mesh, objective=None):
+    """`objective` defaults to the one `config.objective.name` names."""
+    self.config, self.mesh = config, mesh
+    self.objective = objective = objective or objectives.for_config(config)
+    self.rules = sharding.rules(config.mesh)
+    self.tx = optim.make_optimizer(config.train, phases_lib.resolve(config))
+    self.graphdef = nnx.split(abstract_model(config, objective), nnx.Param)[0]
+    frozen = abstract_frozen(config, objective)
+    self.frozen_graphdef = (None if frozen is None else
+                            nnx.split(frozen, nnx.Param)[0])
+    init = init_state_fn(config, objective, self.tx)
+    abstract_state = jax.eval_shape(init)
+    self.state_sharding = state_shardings(config, mesh, self.tx,
+                                          abstract_state, objective)
+    self.abstract_state = jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+        abstract_state, self.state_sharding)
+    self.batch_sharding = sharding.batch_sharding(mesh)
+    replicated = sharding.replicated(mesh)
+    self.init = jax.jit(init, out_shardings=self.state_sharding)
+    self.train_step = jax.jit(
+        functools.partial(train_step, graphdef=self.graphdef, tx=self.tx,
+                          config=config, objective=objective,
+                          frozen_graphdef=self.frozen_graphdef),
+        in_shardings=(self.state_sharding, self.batch_sharding),
+        out_shardings=(self.state_sharding, replicated),
+        donate_argnums=(0,))
+    self.eval_step = jax.jit(
+        functools.partial(eval_step, graphdef=self.graphdef, config=config,
+                          objective=objective,
+                          frozen_graphdef=self.frozen_graphdef),
+        in_shardings=(self.state_sharding["params"], self.batch_sharding,
+                      replicated, self.state_sharding.get("frozen")),
+        out_shardings=replicated)
+
+  def warm_start(self, state):
+    """A fresh state through the objective's `warm_start` (e.g. the teacher
+    loaded and the student initialized from it); unchanged without one."""
+    if self.objective.warm_start is None:
+      return state
+    host = jax.device_get({k: state[k] for k in ("params", "frozen")
+                           if k in state})
+    params, frozen = self.objective.warm_start(
+        self.config, host["params"], host.get("frozen"))
+    out = dict(state, params=checkpoint_reading.place_params(
+        params, self.abstract_state["params"], source="warm_start"))
+    if frozen is not None:
+      out["frozen"] = checkpoint_reading.place_params(
+          frozen, self.abstract_state["frozen"], source="warm_start")
+    return out
+
+  def eval_rng(self, index: int) -> jax.Array:
+    """Key data for eval batch `index`: the same every evaluation."""
+    # Salt 2: the init key uses 0 (params) and 1 (train state rng).
+    key = jax.random.fold_in(jax.random.key(self.config.train.seed), 2)
+    return jax.random.key_data(jax.random.fold_in(key, index))
+
+  def context(self):
+    return sharding.logical_context(self.mesh, self.rules)
+
+  def batch_spec(self, global_batch_size: int, seq_length: int | None = None,
+                 max_predictions: int | None = None) -> dict:
+    """ShapeDtypeStructs of a global batch, for ahead-of-time lowering
+    (the config's sequence shape unless a phase gives its own)."""
+    shapes = features.batch_shapes(
+        self.objective.feature_spec(self.config), global_batch_size,
+        seq_length or self.config.data.seq_length,
+        max_predictions or self.config.data.max_predictions_per_seq)
+    return {k: jax.ShapeDtypeStruct(s, d, sharding=self.batch_sharding)
+            for k, (s, d) in shapes.items()}

@@ -1,0 +1,370 @@
+"""The training loop: `Trainer` (mesh, compiled steps, state, data, logging,
+checkpoints, preemption) and `train_and_evaluate`, the pretraining job."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from absl import logging
+
+from bert_jax import objectives
+from bert_jax import pretrained
+from bert_jax.checkpoints import manager as checkpointing
+from bert_jax.checkpoints import reading as checkpoint_reading
+from bert_jax.checkpoints import workdir_lock
+from bert_jax.training import config_checks
+from bert_jax.training import metrics_writer
+from bert_jax.training import phases as phases_lib
+from bert_jax.training import preemption
+from bert_jax.training import pretraining_input as pretraining_data
+from bert_jax.training import sharding
+from bert_jax.training import steps as steps_lib
+from bert_jax.training import utilization
+
+
+# ==============================================================================
+# Logging: absl lines, metrics.jsonl and TensorBoard.
+# ==============================================================================
+def _bytes_per_device(abstract_tree) -> int:
+  """Bytes of one device's shards of a tree of sharded ShapeDtypeStructs."""
+  total = 0
+  for a in jax.tree.leaves(abstract_tree):
+    shard = a.sharding.shard_shape(a.shape)
+    total += int(np.prod(shard)) * jnp.dtype(a.dtype).itemsize
+  return total
+
+
+def _latest_step(workdir: str) -> int | None:
+  """The newest committed step, read before the Checkpointer (and its
+  threads) exists, so that a data error stops the run without one."""
+  try:
+    steps = checkpoint_reading.committed_steps(workdir)
+  except FileNotFoundError:
+    return None
+  return steps[-1] if steps else None
+
+
+def _log_memory(what: str, compiled) -> None:
+  mem = compiled.memory_analysis()
+  if mem is not None:
+    logging.info(
+        "Compiled %s; per-device memory: arguments %.1f MB, temporaries %.1f "
+        "MB, outputs %.1f MB.", what, mem.argument_size_in_bytes / 2**20,
+        mem.temp_size_in_bytes / 2**20, mem.output_size_in_bytes / 2**20)
+
+
+# ==============================================================================
+# Loop.
+# ==============================================================================
+class Trainer:
+  """Holds the mesh, compiled steps, state and data for one run.
+
+  Pretraining by default; fine-tuning passes its own `data` (train_iter,
+  eval_batches, eval_extras()), `objective`, `evaluate` ((trainer, params)
+  -> metrics, for metrics that need every prediction rather than sums) and
+  `init_params` ((trainer, fresh params) -> params for a new run).
+  """
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
+               data=None, objective=None, evaluate=None, init_params=None):
+    self.config, self.workdir = config, workdir  # Validated by the caller.
+    # ---- Phases: the one a resumed run is in decides the first pipeline.
+    self.phases = phases_lib.resolve(config)
+    latest = _latest_step(workdir)
+    self._phase = phases_lib.at_step(self.phases, max((latest or 0) - 1, 0))
+    if data is None:
+      data = pretraining_data.PretrainingInput(config, workdir,
+                              self._phase_config(self._phase))
+    elif len(self.phases) > 1:
+      raise ValueError("train.phases / train.recipe apply to pretraining "
+                       "runs only; leave them empty here.")
+    self.data = data
+    self.train_iter = self.data.train_iter
+    self.eval_batches = self.data.eval_batches
+    self._evaluate_fn = evaluate
+    self._init_params_fn = init_params
+
+    # ---- Mesh.
+    self.mesh = sharding.make_mesh(config.mesh)
+    logging.info("Mesh %s over %d devices (%d processes).",
+                 sharding.describe(self.mesh), jax.device_count(),
+                 jax.process_count())
+    self.batch_sharding = sharding.batch_sharding(self.mesh)
+
+    # ---- Model, state shardings and compiled steps (ahead of time).
+    self.programs = steps_lib.Programs(config, self.mesh, objective)
+    self.abstract_state = self.programs.abstract_state
+    self.checkpointer = checkpointing.Checkpointer(workdir, config.checkpoint)
+    self._train_steps = {}  # Global batch shape -> compiled step.
+    self._compile()
+
+  def _context(self):
+    return self.programs.context()
+
+  def _phase_config(self, phase) -> ml_collections.ConfigDict:
+    """The config a phase's pipeline and step are built from."""
+    if len(self.phases) == 1 and not phases_lib.is_phased(self.config):
+      return self.config
+    return phases_lib.phase_config(self.config, phase)
+
+  def _compile(self):
+    """The train step of the current phase (and of the phases after it, so
+    that a later shape that does not fit fails now, not hours in) and the
+    eval step, ahead of time."""
+    p = self.programs
+    start = time.time()
+    with self._context():
+      later = self.phases[self._phase.index + 1:]
+      for phase in [self._phase] + later:
+        spec = p.batch_spec(phase.batch_size, phase.seq_length,
+                            phase.max_predictions_per_seq)
+        step = p.train_step.lower(p.abstract_state, spec).compile()
+        if phase is self._phase:
+          self.train_step, self._config_shape = step, spec["input_ids"].shape
+        else:
+          self._train_steps[spec["input_ids"].shape] = step
+          _log_memory(f"the train step of phase {phase.index + 1}/"
+                      f"{len(self.phases)} ({phase.describe()})", step)
+      if self._evaluate_fn is None:  # Else the caller's evaluate compiles.
+        self.eval_step = p.eval_step.lower(
+            p.abstract_state["params"],
+            p.batch_spec(self._eval_local_batch_size() * jax.process_count()),
+            p.eval_rng(0), p.abstract_state.get("frozen")).compile()
+    self.compile_seconds = time.time() - start
+    if "frozen" in p.abstract_state:
+      logging.info("Frozen params (no gradient, no optimizer state): %.1f MB "
+                   "per device.", _bytes_per_device(p.abstract_state["frozen"])
+                   / 2**20)
+    _log_memory(f"train step in {self.compile_seconds:.1f}s", self.train_step)
+
+  def _train_step_for(self, batch):
+    """The compiled step for this batch's shape: the config's shape is
+    compiled at start-up; bucketed fine-tuning compiles each bucket once."""
+    shape = batch["input_ids"].shape
+    if shape == self._config_shape:
+      return self.train_step  # Looked up here so that it can be wrapped.
+    step = self._train_steps.get(shape)
+    if step is None:
+      start = time.time()
+      spec = {k: jax.ShapeDtypeStruct(v.shape, v.dtype,
+                                      sharding=self.batch_sharding)
+              for k, v in batch.items()}
+      with self._context():
+        step = self.programs.train_step.lower(self.abstract_state,
+                                              spec).compile()
+      self._train_steps[shape] = step
+      logging.info("Compiled the train step for batch shape %s in %.1fs.",
+                   shape, time.time() - start)
+    return step
+
+  def _enter_phase(self, phase, step: int) -> None:
+    """At a phase boundary: the next phase's pipeline (where it starts:
+    train.phase_data), and its step, compiled at start-up."""
+    consumed = self.train_iter.examples_consumed
+    stats = dict(self.train_iter.stats)
+    self.train_iter = self.data.train_iterator(self._phase_config(phase))
+    self.train_iter.stats.update(stats)
+    where = "the pipeline again with its own seed"
+    if self.config.train.phase_data == "continue":
+      skipped = self.train_iter.continue_after(consumed)
+      where = (f"after the {consumed} examples consumed ({skipped} batches "
+               "skipped)")
+    logging.info("Phase %d/%d from step %d: %s; data: %s.", phase.index + 1,
+                 len(self.phases), step, phase.describe(), where)
+    self._phase = phase
+
+  def _eval_local_batch_size(self) -> int:
+    first = self.eval_batches[0] if self.eval_batches else None
+    if first is None:
+      return self.config.train.batch_size // jax.process_count()
+    return int(first["input_ids"].shape[0])
+
+  def initial_state(self):
+    """Resume from the newest good checkpoint (state and data position);
+    else initialize, taking params from `train.init_from` when set.
+
+    An unreadable newest step is set aside with a warning and the previous
+    one used; a checkpoint of another model raises (CheckpointMismatchError).
+    """
+    state, step = self.checkpointer.restore_latest(
+        self.abstract_state, self.train_iter, self.config)
+    if state is not None:
+      phase = phases_lib.at_step(self.phases, max(step - 1, 0))
+      if phase.index != self._phase.index:
+        # The newest step was unreadable and the one restored is of another
+        # phase: its data position is in that phase's pipeline.
+        self._phase = phase
+        self.train_iter = self.data.train_iterator(self._phase_config(phase))
+        state = self.checkpointer.restore(step, self.abstract_state,
+                                          self.train_iter, self.config)
+      logging.info("Resumed from checkpoint step %d in %s.", step,
+                   self.checkpointer.directory)
+      return state
+    with self._context():
+      state = self.programs.warm_start(self.programs.init())
+    if self._init_params_fn is not None:
+      state = dict(state, params=self._init_params_fn(self, state["params"]))
+    elif self.config.train.init_from:
+      state = dict(state, params=self._init_params(self.config.train.init_from))
+    return state
+
+  def _init_params(self, path: str):
+    """Params only (new run from pretrained weights), onto the state's mesh."""
+    source = pretrained.resolve(path)
+    params, report = pretrained.load_params(
+        source, self.config.model,
+        abstract_params=self.abstract_state["params"],
+        seed=self.config.train.seed, config=self.config)
+    logging.info("train.init_from: params of %s (%s, step %s).\n%s", path,
+                 source.kind, source.step, report)
+    return params
+
+  def evaluate(self, params, frozen=None) -> dict:
+    """The objective's metrics over all eval batches (sums added in float64),
+    or the caller's `evaluate` when it needs every prediction. `frozen` is
+    state["frozen"] for objectives that hold fixed params."""
+    if self._evaluate_fn is not None:
+      return self._evaluate_fn(self, params)
+    totals = {}
+    for i, local in enumerate(self.eval_batches):
+      batch = sharding.global_batch(local, self.batch_sharding)
+      sums = jax.device_get(self.eval_step(params, batch,
+                                           self.programs.eval_rng(i), frozen))
+      totals = {k: totals.get(k, 0.0) + float(v) for k, v in sums.items()}
+    return {k: float(v) for k, v in
+            self.programs.objective.metrics(totals, totals, self.config).items()}
+
+  def _format(self, metrics: dict, everything: bool = False) -> str:
+    """The objective's log keys (or every metric, for a custom evaluate)."""
+    keys = ([(k, k) for k in metrics] if everything else
+            self.programs.objective.log_keys)
+    return "  ".join(f"{label} {metrics[key]:.4f}" for label, key in keys
+                     if key in metrics)
+
+  def run(self) -> dict:
+    config, train = self.config, self.config.train
+    state = self.initial_state()
+    start_step = int(jax.device_get(state["step"]))
+    # ---- Stop safely: non-finite policy and preemption (SIGTERM).
+    self._nonfinite = preemption.NonFiniteMonitor(
+        train.nonfinite_policy, train.max_nonfinite_in_a_row,
+        in_a_row=int(jax.device_get(state["nonfinite_in_a_row"])),
+        total=int(jax.device_get(state["nonfinite_steps"])))
+    self._nonfinite.last_checkpoint = self.checkpointer.latest_step()
+    self._preemption = preemption.PreemptionWatcher()
+    writer = metrics_writer.MetricsWriter(
+        self.workdir, enabled=jax.process_index() == 0)
+    phase_config = self._phase_config(self._phase)
+    tokens_per_step = self._phase.batch_size * self._phase.seq_length
+    flops_per_step = objectives.train_flops_per_step(phase_config)
+    peak, peak_source = utilization.peak_tflops(
+        config.model.dtype, train.peak_tflops)
+    logging.info("%.3g training TFLOPs per step; peak %.1f TFLOP/s per device "
+                 "(%s, %s).", flops_per_step / 1e12, peak, peak_source,
+                 config.model.dtype)
+    if len(self.phases) > 1:
+      logging.info("Phases: %s (learning-rate schedule %s).", "; ".join(
+          f"{p.index + 1}: steps {p.start}-{p.end} at {p.describe()}"
+          for p in self.phases), train.phase_schedule)
+    last_metrics: dict[str, Any] = {}
+    if start_step >= train.num_steps:
+      logging.info("Checkpoint is at step %d >= train.num_steps=%d: nothing "
+                   "to do.", start_step, train.num_steps)
+    t_last, step_last = time.time(), start_step
+    for step in range(start_step, train.num_steps):
+      if step >= self._phase.end:
+        self._enter_phase(phases_lib.at_step(self.phases, step), step)
+        tokens_per_step = self._phase.batch_size * self._phase.seq_length
+        flops_per_step = objectives.train_flops_per_step(
+            self._phase_config(self._phase))
+        t_last, step_last = time.time(), step
+      batch = sharding.global_batch(next(self.train_iter), self.batch_sharding)
+      state, metrics = self._train_step_for(batch)(state, batch)
+      done = step + 1
+      self.checkpointer.check_for_errors()  # A failed async save stops here.
+      self._nonfinite.observe(done, metrics["finite"])
+      is_last = done == train.num_steps
+      if done % train.log_every == 0 or is_last:
+        metrics = jax.device_get(metrics)
+        now = time.time()
+        tps = tokens_per_step * (done - step_last) / max(now - t_last, 1e-9)
+        t_last, step_last = now, done
+        self._nonfinite.flush()  # Apply train.nonfinite_policy so far.
+        metrics = {k: float(v) for k, v in metrics.items() if k != "finite"}
+        metrics["tokens_per_sec"] = tps
+        metrics["tflops_per_device"], metrics["mfu"] = utilization.mfu(
+            flops_per_step, tokens_per_step / max(tps, 1e-9),
+            jax.device_count(), peak)
+        eta = (train.num_steps - done) * tokens_per_step / max(tps, 1e-9)
+        logging.info(
+            "step %d/%d  %s  lr %.2e  grad_norm %.3f  tokens/s %.0f  "
+            "MFU %.1f%%  ETA %s", done, train.num_steps,
+            self._format(metrics), metrics["learning_rate"],
+            metrics["grad_norm"], tps, 100 * metrics["mfu"],
+            metrics_writer.format_duration(eta))
+        writer.write(done, "train", metrics)
+        last_metrics = metrics
+      if done % train.eval_every == 0 or is_last:
+        eval_metrics = self.evaluate(state["params"], state.get("frozen"))
+        extras = self.data.eval_extras()
+        eval_metrics.update(extras)
+        logging.info("eval step %d  %s%s", done, self._format(
+            eval_metrics, everything=self._evaluate_fn is not None),
+                     "".join(f"  ({k} {v:.4f})" for k, v in extras.items()))
+        writer.write(done, "eval", eval_metrics)
+        last_metrics = {**last_metrics,
+                        **{f"eval_{k}": v for k, v in eval_metrics.items()}}
+      preempted = self._preemption.reached(done)
+      if (done % config.checkpoint.save_every_steps == 0 or is_last or
+          preempted):
+        self._nonfinite.flush()  # Apply the policy before anything is saved.
+        self.checkpointer.save(done, state, self.train_iter,
+                               meta=dict(config=config.to_dict(),
+                                         metrics=last_metrics),
+                               force=is_last or preempted)
+        self._nonfinite.last_checkpoint = done
+      if preempted:
+        logging.warning("Preempted: checkpoint of step %d committed; run the "
+                        "same command to resume.", done)
+        last_metrics = {**last_metrics, "preempted_at_step": done}
+        break
+    self._nonfinite.flush()
+    self.shutdown()
+    writer.close()
+    self.final_state = state
+    return last_metrics
+
+  def shutdown(self):
+    """Commit in-flight async saves and restore signal handlers. Runs at the
+    end of `run` and, via train_and_evaluate, when the run stops on an
+    error, so that the last good checkpoint is always complete."""
+    self.checkpointer.wait()
+    self.checkpointer.close()
+    if getattr(self, "_preemption", None) is not None:
+      self._preemption.close()
+
+
+def run_trainer(trainer: Trainer, lock) -> dict:
+  """Run `trainer` under the workdir `lock` (checked before every save)."""
+  trainer.checkpointer.guard = lock.verify
+  try:
+    return trainer.run()
+  finally:
+    trainer.shutdown()
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
+                       take_over_workdir: bool = False) -> dict:
+  """Train per `config` in `workdir`, resuming from its latest checkpoint.
+
+  Every check runs before anything is written; then the run takes the
+  workdir (`workdir_lock`: a second run on it is refused before it writes).
+  """
+  config_checks.validate(config, jax.device_count(), jax.process_count())
+  with workdir_lock.hold(workdir, take_over=take_over_workdir) as lock:
+    return run_trainer(Trainer(config, workdir), lock)

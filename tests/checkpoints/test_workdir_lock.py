@@ -1,0 +1,114 @@
+"""One writer per workdir: the lock itself (local flock, ram:// identity)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from bert_jax.checkpoints import workdir_lock
+from bert_jax.checkpoints.workdir_lock import WorkdirInUseError
+from bert_jax.checkpoints.workdir_lock import WorkdirLock
+from tests.helpers import REPO
+from tests.helpers import child_env
+
+# A process that takes a local workdir and holds it until killed.
+_HOLDER = """
+import sys, time
+from bert_jax.checkpoints import workdir_lock
+workdir_lock.WorkdirLock(sys.argv[1]).acquire()
+print("HELD", flush=True)
+time.sleep(600)
+"""
+
+
+def _start_holder(workdir):
+  proc = subprocess.Popen(
+      [sys.executable, "-c", _HOLDER.format(repo=REPO), str(workdir)],
+      env=child_env(), stdout=subprocess.PIPE, text=True)
+  assert proc.stdout.readline().strip() == "HELD"
+  return proc
+
+
+def test_local_lock_refuses_second_writer_names_holder_and_dies_with_it(
+    tmp_path):
+  holder = _start_holder(tmp_path)
+  try:
+    with pytest.raises(WorkdirInUseError) as e:
+      WorkdirLock(str(tmp_path)).acquire()
+    msg = str(e.value)
+    assert f"pid {holder.pid}" in msg and "host " in msg and "started " in msg
+    assert len(msg.splitlines()) == 1
+    # The identity the refusal names is the file's content.
+    with open(tmp_path / workdir_lock.LOCK_NAME) as f:
+      assert json.load(f)["pid"] == holder.pid
+  finally:
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+  # kill -9: the kernel dropped the flock; the next run takes it at once.
+  lock = WorkdirLock(str(tmp_path)).acquire()
+  with open(tmp_path / workdir_lock.LOCK_NAME) as f:
+    assert json.load(f)["pid"] == os.getpid()
+  lock.release()
+
+
+def _dead_pid() -> int:
+  proc = subprocess.Popen([sys.executable, "-c", "pass"])
+  proc.wait()
+  return proc.pid
+
+
+def _write_identity(path, **fields):
+  """What another run's acquire() leaves there."""
+  workdir_lock.write_identity(path, dict(workdir_lock.identity(), **fields))
+
+
+def test_object_store_lock_on_ram_path(caplog):
+  """gs://-style workdirs (ram:// stands in): identity object, checked
+  before saves; dead holders on this host are taken over, other hosts need
+  --take_over_workdir."""
+  import tensorflow as tf
+  workdir = f"ram://lock_test_{os.getpid()}/run"
+  tf.io.gfile.makedirs(workdir)
+  path = f"{workdir}/{workdir_lock.LOCK_NAME}"
+
+  first = WorkdirLock(workdir).acquire()
+  # A live holder on this host (this process) refuses a second run.
+  with pytest.raises(WorkdirInUseError, match=f"pid {os.getpid()}"):
+    WorkdirLock(workdir).acquire()
+  first.verify()  # Still ours.
+
+  # A holder on this host whose pid is dead: taken over with a warning.
+  _write_identity(path, pid=_dead_pid(), run_id="dead")
+  with caplog.at_level("WARNING"):
+    second = WorkdirLock(workdir).acquire()
+  assert "no longer alive" in caplog.text
+  # The first run finds another identity before its next save and stops.
+  with pytest.raises(WorkdirInUseError, match="took over"):
+    first.verify()
+
+  # A holder on another host cannot be checked: refused, unless told.
+  _write_identity(path, host="other-host", pid=1, run_id="other")
+  with pytest.raises(WorkdirInUseError, match="--take_over_workdir") as e:
+    WorkdirLock(workdir).acquire()
+  assert "host other-host" in str(e.value)
+  third = WorkdirLock(workdir, take_over=True).acquire()
+  with tf.io.gfile.GFile(path) as f:
+    assert json.load(f)["run_id"] == third.me["run_id"]
+  second.release()  # Not its identity any more: leaves it alone.
+  assert tf.io.gfile.exists(path)
+  third.release()  # Finished cleanly: the next run starts without a warning.
+  assert not tf.io.gfile.exists(path)
+
+
+def test_workdir_that_is_a_file_is_one_sentence(tmp_path):
+  f = tmp_path / "a_file"
+  f.write_text("x")
+  for bad in (f, f / "sub"):
+    with pytest.raises(ValueError, match="is not a directory"):
+      workdir_lock.prepare_workdir(str(bad))
+  workdir_lock.prepare_workdir(str(tmp_path / "new" / "run"))
+  assert (tmp_path / "new" / "run").is_dir()
+  assert os.listdir(tmp_path / "new" / "run") == []  # The probe is gone.

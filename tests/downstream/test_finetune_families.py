@@ -1,0 +1,100 @@
+"""Fine-tuning starts from any family: the objective's encoder hooks turn an
+ELECTRA, ALBERT or DistilBERT run's params into the BertModel the classifier
+wraps, computing exactly what the family's own encoder computed."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from bert_jax import config_lib
+from bert_jax import objectives
+from bert_jax import pretrained
+from bert_jax.downstream import finetuning
+from bert_jax.models import bert as model_lib
+
+VOCAB, SEQ = 128, 16
+
+
+def _config(family: str):
+  c = config_lib.get_config("tiny")
+  c.model.update(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=3,
+                 num_attention_heads=4, intermediate_size=128,
+                 max_position_embeddings=32, hidden_dropout_prob=0.0,
+                 attention_probs_dropout_prob=0.0)
+  if family == "electra":
+    c.objective.name = "electra"
+    c.model.embedding_size = 32
+  elif family.startswith("albert"):  # albert3: 3 groups of 1 layer.
+    c.objective.name = "albert"
+    c.model.update(embedding_size=24, hidden_act="gelu_new",
+                   num_hidden_groups=3 if family == "albert3" else 1)
+  elif family == "distil":
+    c.objective.update(name="distil", teacher="random", student_layers=2)
+  return c
+
+
+def _noised(module, seed=0):
+  """The module's params plus noise (zero-init biases become non-zero)."""
+  r = np.random.RandomState(seed)
+  return jax.tree.map(
+      lambda x: np.asarray(x) + r.normal(0, 0.05, x.shape).astype(np.float32),
+      nnx.state(module, nnx.Param).to_pure_dict())
+
+
+def _inputs():
+  r = np.random.RandomState(1)
+  ids = jnp.asarray(r.randint(5, VOCAB, (2, SEQ)), jnp.int32)
+  mask = jnp.ones((2, SEQ), jnp.int32).at[1, 11:].set(0)
+  return ids, mask, jnp.zeros((2, SEQ), jnp.int32)
+
+
+def _family_sequence_output(family, module, ids, mask, seg):
+  """[B,T,H] of the family's own pretrained encoder."""
+  if family == "electra":
+    x = module.embeddings(ids, seg, deterministic=True, rngs=None)
+    return module.discriminator.encoder(x, mask)
+  if family.startswith("albert"):
+    return module.albert(ids, mask, seg)[0]
+  return module(ids, mask, seg)["sequence_output"]
+
+
+@pytest.mark.parametrize("family", ["electra", "albert", "albert3", "distil"])
+def test_encoder_hooks_rebuild_the_family_encoder(family):
+  config = _config(family)
+  objective = objectives.for_config(config)
+  run_model = objective.make_model(config, nnx.Rngs(0))
+  params = _noised(run_model)
+  nnx.update(run_model, params)
+  enc_config = (objective.encoder_config(config)
+                if objective.encoder_config else config.model)
+  bert = model_lib.BertModel(enc_config, rngs=nnx.Rngs(1))
+  graphdef, fresh = nnx.split(bert, nnx.Param)
+  fresh = fresh.to_pure_dict()
+  encoder = objective.encoder_params(params, config)
+  # Everything but a pooler the family did not train comes from the run.
+  assert set(fresh) - set(encoder) <= {"pooler"}
+  assert ("pooler" in encoder) == family.startswith("albert")
+  merged = nnx.merge(graphdef, {**fresh, **encoder})
+  ids, mask, seg = _inputs()
+  ours, _ = merged(ids, mask, seg)
+  theirs = _family_sequence_output(family, run_model, ids, mask, seg)
+  np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), atol=1e-5)
+
+
+def test_electra_source_fine_tunes_its_discriminator():
+  """finetune's model config for an ELECTRA run is the discriminator's
+  (factorized embeddings kept), for DistilBERT the student's."""
+  source = lambda c: pretrained.Source(pretrained.WORKDIR, "/x", config=c)
+  m = finetuning.encoder_model_config(source(_config("electra")))
+  assert (m.hidden_size, m.embedding_size, m.num_hidden_layers) == (64, 32, 3)
+  d = finetuning.encoder_model_config(source(_config("distil")))
+  assert (d.num_hidden_layers, d.type_vocab_size) == (2, 0)
+
+
+def test_pretraining_bert_still_refuses_factorized_embeddings():
+  c = _config("bert")
+  c.model.embedding_size = 32
+  with pytest.raises(ValueError, match="BERT has no embedding projection"):
+    model_lib.BertForPreTraining(c.model, rngs=nnx.Rngs(0))

@@ -1,0 +1,214 @@
+"""Test helpers: one tiny config, one synthetic batch, one child environment.
+
+Imported by the tests and by the child processes some of them start (which run
+test files as scripts with the repo on PYTHONPATH), so it imports nothing from
+pytest and nothing heavy at module level.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import ml_collections
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Flags that shrink configs/tiny.py to a seconds-scale run on 2 CPU cores.
+TINY_OVERRIDES = (
+    "--config.model.vocab_size=512",
+    "--config.model.hidden_size=64",
+    "--config.model.num_attention_heads=4",
+    "--config.model.intermediate_size=256",
+    "--config.model.max_position_embeddings=64",
+    "--config.data.tokenizer_vocab_size=512",
+    "--config.data.seq_length=32",
+    "--config.data.max_predictions_per_seq=5",
+    "--config.data.num_eval_batches=2",
+    "--config.train.batch_size=16",
+    "--config.train.learning_rate=2e-3",
+    "--config.train.warmup_steps=5",
+    # A fixed MFU peak skips the startup matmul probe (seconds per run).
+    "--config.train.peak_tflops=1.0",
+)
+
+# The multi-device tests: runs on different meshes must agree, so no dropout.
+BATCH, SEQ, PREDS, VOCAB = 16, 32, 5, 256
+NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def tiny_config(**groups: dict) -> ml_collections.ConfigDict:
+  """configs/tiny.py with TINY_OVERRIDES applied, then per-group overrides.
+
+  E.g. ``tiny_config(model=dict(vocab_size=256), mesh=dict(data=8))``: the
+  same shrunken config `run_main` trains, with a test's own numbers on top.
+  """
+  from bert_jax import config_lib  # pylint: disable=g-import-not-at-top
+  config = config_lib.get_config("tiny")
+  for flag in TINY_OVERRIDES:
+    key, value = flag[len("--config."):].split("=")
+    group, field = key.split(".")
+    config[group][field] = type(config[group][field])(value)
+  for group, fields in groups.items():
+    config[group].update(fields)
+  return config
+
+
+def sharded_config(data=1, fsdp=1, tensor=1, accum=1, num_steps=10,
+                   **groups: dict) -> ml_collections.ConfigDict:
+  """`tiny_config` as the multi-device tests use it (vocab 256, no dropout,
+  lr 1e-3, one warm-up step) on a data x fsdp x tensor mesh."""
+  groups = {k: dict(v) for k, v in groups.items()}
+  model = dict(vocab_size=VOCAB, **NO_DROPOUT)
+  model.update(groups.pop("model", {}))
+  train = dict(batch_size=BATCH, num_steps=num_steps, warmup_steps=1,
+               learning_rate=1e-3, grad_accum_steps=accum)
+  train.update(groups.pop("train", {}))
+  mesh = dict(data=data, fsdp=fsdp, tensor=tensor)
+  mesh.update(groups.pop("mesh", {}))
+  return tiny_config(model=model, train=train, mesh=mesh, **groups)
+
+
+def synthetic_batch(seed: int, batch: int = BATCH, seq: int = SEQ,
+                    preds: int = PREDS, vocab: int = VOCAB,
+                    two_segments: bool = True,
+                    fully_padded_rows=()) -> dict[str, np.ndarray]:
+  """A deterministic pretraining batch (features.PRETRAINING shapes/dtypes):
+  varied lengths with trailing padding, masked weights ~70% ones."""
+  from bert_jax.data import features  # pylint: disable=g-import-not-at-top
+  r = np.random.RandomState(seed)
+  lengths = r.randint(seq // 2, seq + 1, size=batch)
+  lengths[list(fully_padded_rows)] = 0
+  mask = np.arange(seq)[None] < lengths[:, None]
+  segments = (np.arange(seq)[None] >= lengths[:, None] // 2) * mask
+  values = dict(
+      input_ids=r.randint(5, vocab, (batch, seq)) * mask,
+      input_mask=mask,
+      segment_ids=segments if two_segments else np.zeros((batch, seq)),
+      masked_lm_positions=r.randint(1, seq // 2, (batch, preds)),
+      masked_lm_ids=r.randint(5, vocab, (batch, preds)),
+      masked_lm_weights=r.rand(batch, preds) > 0.3,
+      next_sentence_labels=r.randint(0, 2, (batch,)))
+  shapes = features.batch_shapes(features.PRETRAINING, batch, seq, preds)
+  assert set(shapes) == set(values), sorted(set(shapes) ^ set(values))
+  return {k: values[k].astype(dtype).reshape(shape)
+          for k, (shape, dtype) in shapes.items()}
+
+
+def free_port() -> int:
+  """A TCP port nobody listens on now (for jax.distributed coordinators)."""
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def child_env(devices: int | None = None, **extra) -> dict:
+  """Environment for a `python` child: this repo importable, CPU only, quiet
+  TF, no hub downloads; `devices` fake CPU devices (fast XLA compiles, the
+  steps are tiny); `extra` on top."""
+  env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2",
+             HF_HUB_OFFLINE="1",
+             PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  if devices is not None:
+    env["XLA_FLAGS"] = (f"--xla_force_host_platform_device_count={devices} "
+                        "--xla_backend_optimization_level=0")
+  env.update(extra)
+  return env
+
+
+def run_main(workdir, *flags, env=None, timeout=600):
+  """Run `python -m bert_jax.main` with the tiny config; returns the result."""
+  cmd = [sys.executable, "-m", "bert_jax.main", "--config",
+         os.path.join(REPO, "configs", "tiny.py"), "--workdir", str(workdir),
+         *TINY_OVERRIDES, *flags]
+  return subprocess.run(cmd, cwd=REPO, env=child_env(**(env or {})),
+                        capture_output=True, text=True, timeout=timeout)
+
+
+def run_tool(script, *args, timeout=600):
+  """Run `python tools/<script> *args` from the repo root; returns the result."""
+  return subprocess.run(
+      [sys.executable, os.path.join(REPO, "tools", script), *args], cwd=REPO,
+      env=child_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def import_tool(name: str):
+  """tools/<name>.py as a module (tools/ is scripts, not a package)."""
+  module = sys.modules.get(f"tools.{name}")
+  if module is None:
+    spec = importlib.util.spec_from_file_location(
+        f"tools.{name}", os.path.join(REPO, "tools", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+  return module
+
+
+# Lines of TF / XLA start-up chatter that are not ours.
+NOT_OURS = re.compile(r"^(WARNING: All log messages|I0000|E0000|W0000)")
+
+
+def failure_lines(result, max_lines: int = 3) -> list[str]:
+  """The lines a user reads of a failed command: asserts a non-zero exit, no
+  traceback and at most `max_lines` lines of its own on stderr."""
+  assert result.returncode != 0, (result.stdout[-2000:], result.stderr[-2000:])
+  assert "Traceback" not in result.stderr, result.stderr[-3000:]
+  lines = [ln for ln in result.stderr.splitlines()
+           if ln.strip() and not NOT_OURS.match(ln)]
+  assert 0 < len(lines) <= max_lines, lines
+  return lines
+
+
+def written_files(workdir) -> list[str]:
+  """Files a run left in `workdir`, less its lock (which outlives a run)."""
+  return sorted(os.path.relpath(os.path.join(root, f), workdir)
+                for root, _, files in os.walk(workdir) for f in files
+                if f != ".workdir_lock.json")
+
+
+# -----------------------------------------------------------------------------
+# Watching a `python -m bert_jax.main` child that writes WORKDIR.log.
+# -----------------------------------------------------------------------------
+def run_log(workdir) -> str:
+  """What a child started with stdout/stderr to WORKDIR.log printed."""
+  with open(f"{workdir}.log") as f:
+    return f.read()
+
+
+def train_records(workdir) -> list[dict]:
+  """The train rows of WORKDIR/metrics.jsonl so far (a line being written
+  is skipped)."""
+  path = os.path.join(workdir, "metrics.jsonl")
+  if not os.path.exists(path):
+    return []
+  out = []
+  with open(path) as f:
+    for line in f.read().splitlines():
+      try:
+        out.append(json.loads(line))
+      except ValueError:
+        pass
+  return [r for r in out if r["split"] == "train"]
+
+
+def wait_for_step(proc, workdir, step, skip=0, timeout=600):
+  """Poll metrics.jsonl (after `skip` train rows) until `step` is logged;
+  fails the test if the child exits first."""
+  import pytest  # pylint: disable=g-import-not-at-top  (children never call this)
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    records = train_records(workdir)[skip:]
+    if records and records[-1]["step"] >= step:
+      return records[-1]["step"]
+    if proc.poll() is not None:
+      pytest.fail(f"run exited ({proc.returncode}) before step {step}:\n"
+                  + run_log(workdir)[-3000:])
+    time.sleep(0.02)
+  pytest.fail(f"step {step} not reached in {timeout}s")

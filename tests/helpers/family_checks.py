@@ -1,0 +1,134 @@
+"""Shared checks for objectives beyond BERT (ALBERT, DistilBERT).
+
+`mesh_losses` runs 3 train steps of an objective on 1 device and on 8
+simulated CPU devices (DP=8, FSDP=8, DP=4 x TP=2) in a subprocess whose
+XLA_FLAGS are set before jax is imported, and returns the per-step losses.
+`resume_losses` runs `python -m bert_jax.main` for 8 steps, copies its
+workdir keeping only the step-4 checkpoint, reruns the same command there
+(restoring state and data-iterator position) and returns both loss logs.
+Run as a script, this file is the subprocess of `mesh_losses`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MESHES = {"single": (1, 1, 1), "dp8": (8, 1, 1), "fsdp8": (1, 8, 1),
+          "dp4_tp2": (4, 1, 2)}
+STEPS = 3
+
+
+def family_config(family: str, data=1, fsdp=1, tensor=1):
+  """tests.helpers' sharded config (dropout off) for `family`."""
+  from tests import helpers
+  c = helpers.sharded_config(data, fsdp, tensor)
+  if family == "albert":
+    c.objective.name = "albert"
+    c.model.update(embedding_size=32, num_hidden_layers=3,
+                   hidden_act="gelu_new", classifier_dropout_prob=0.0)
+    c.data.update(objective="sop", max_ngram=3)
+  elif family == "distil":
+    c.objective.name = "distil"
+    c.objective.update(student_layers=1, teacher="random")
+    c.data.update(objective="packed", nsp=False)
+  else:
+    raise ValueError(family)
+  return c
+
+
+def load_config(name: str):
+  """configs/<name>.py's get_config(), loaded by path like --config does."""
+  import importlib.util
+  spec = importlib.util.spec_from_file_location(
+      f"configs_{name}", os.path.join(REPO, "configs", f"{name}.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
+def _child(family: str, out_path: str) -> None:
+  import jax
+  import numpy as np
+
+  from bert_jax.training import sharding
+  from bert_jax.training import steps as steps_lib
+  from tests.helpers import synthetic_batch
+  assert jax.device_count() == 8, jax.devices()
+  out = {}
+  for name, shape in MESHES.items():
+    config = family_config(family, *shape)
+    mesh = sharding.make_mesh(config.mesh,
+                              jax.devices()[:int(np.prod(shape))])
+    programs = steps_lib.Programs(config, mesh)
+    with programs.context():
+      state = programs.warm_start(programs.init())
+      losses = []
+      for step in range(STEPS):
+        batch = sharding.global_batch(synthetic_batch(step),
+                                      programs.batch_sharding)
+        state, metrics = programs.train_step(state, batch)
+        losses.append(float(metrics["loss"]))
+    out[name] = losses
+  with open(out_path, "w") as f:
+    json.dump(out, f)
+
+
+def mesh_losses(family: str, tmp_path) -> dict:
+  out = os.path.join(str(tmp_path), f"{family}_mesh.json")
+  from tests import helpers
+  env = helpers.child_env(devices=8)
+  proc = subprocess.run([sys.executable, os.path.abspath(__file__), family,
+                         out], env=env, cwd=REPO, capture_output=True,
+                        text=True, timeout=900)
+  if proc.returncode:
+    raise AssertionError(proc.stdout[-2000:] + proc.stderr[-5000:])
+  with open(out) as f:
+    return json.load(f)
+
+
+def _train_losses(workdir) -> dict:
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    records = [json.loads(line) for line in f if line.strip()]
+  return {r["step"]: r["loss"] for r in records if r["split"] == "train"}
+
+
+def resume_losses(tmp_path, config_file: str, *flags):
+  """(straight run's step -> loss, resumed run's step -> loss, the straight
+  run's workdir)."""
+  from tests.helpers import TINY_OVERRIDES
+  from tests.helpers import child_env
+  cmd = lambda w: [sys.executable, "-m", "bert_jax.main", "--config",
+                   os.path.join(REPO, "configs", config_file), "--workdir",
+                   w, *TINY_OVERRIDES, "--config.train.num_steps=8",
+                   "--config.train.log_every=1",
+                   "--config.train.eval_every=1000",
+                   "--config.checkpoint.save_every_steps=4",
+                   "--config.checkpoint.max_to_keep=5",
+                   "--config.checkpoint.async_save=False", *flags]
+  a, b = os.path.join(str(tmp_path), "a"), os.path.join(str(tmp_path), "b")
+  for workdir in (a, b):
+    if workdir == b:  # Step 4 only: as if the first run had died after it.
+      shutil.copytree(a, b)
+      shutil.rmtree(os.path.join(b, "checkpoints", "8"))
+      os.remove(os.path.join(b, "metrics.jsonl"))
+    proc = subprocess.run(cmd(workdir), cwd=REPO, env=child_env(),
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+  assert "Resumed from checkpoint step 4" in proc.stderr, proc.stderr[-3000:]
+  return _train_losses(a), _train_losses(b), a
+
+
+def export_workdir(workdir: str, out: str) -> None:
+  """tools/convert_to_hf.py on a workdir (the run's objective picks the family)."""
+  from tests.helpers import run_tool
+  proc = run_tool("convert_to_hf.py", "--workdir", workdir, "--output", out)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+if __name__ == "__main__":
+  _child(sys.argv[1], sys.argv[2])

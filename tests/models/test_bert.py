@@ -1,0 +1,141 @@
+"""The BERT architecture: sizes, shapes, dtypes, tying and numerics."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from bert_jax import config_lib
+from bert_jax.models import bert as model_lib
+from tests import helpers
+
+
+def tiny_config(**overrides):
+  """The shared tiny model config with vocab 211 (odd: catches padding)."""
+  return helpers.tiny_config(model=dict(vocab_size=211) | overrides).model
+
+
+def count(config):
+  abstract = nnx.eval_shape(
+      lambda: model_lib.BertForPreTraining(config, rngs=nnx.Rngs(0)))
+  return model_lib.count_params(abstract)
+
+
+@pytest.mark.parametrize("size,expected", [
+    ("base", 110_106_428),   # HF BertForPreTraining(bert-base-uncased)
+    ("large", 336_226_108),  # HF BertForPreTraining(bert-large-uncased)
+])
+def test_parameter_count_matches_hugging_face(size, expected):
+  assert count(config_lib.model_config(size)) == expected
+
+
+def test_all_config_files_have_standard_shapes():
+  for size, (layers, hidden) in config_lib.MODEL_SIZES.items():
+    c = config_lib.model_config(size)
+    assert (c.num_hidden_layers, c.hidden_size) == (layers, hidden)
+    assert c.hidden_size // c.num_attention_heads == 64
+    assert c.intermediate_size == 4 * c.hidden_size
+
+
+def _inputs(batch=3, seq=16, vocab=211, seed=0):
+  rng = np.random.RandomState(seed)
+  ids = rng.randint(5, vocab, size=(batch, seq)).astype(np.int32)
+  mask = np.ones((batch, seq), np.int32)
+  mask[1, 10:] = 0
+  segments = np.zeros((batch, seq), np.int32)
+  segments[:, 8:] = 1
+  return jnp.asarray(ids), jnp.asarray(mask), jnp.asarray(segments)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_forward_shapes_and_dtypes(dtype):
+  config = tiny_config(dtype=dtype)
+  model = model_lib.BertForPreTraining(config, rngs=nnx.Rngs(0))
+  ids, mask, seg = _inputs()
+  positions = jnp.asarray([[1, 2, 0], [3, 4, 5], [6, 0, 0]], jnp.int32)
+  out = model(ids, mask, seg, positions)
+  assert out["mlm_logits"].shape == (3, 3, 211)
+  assert out["mlm_logits"].dtype == jnp.float32  # Loss math in fp32.
+  assert out["nsp_logits"].shape == (3, 2)
+  assert out["sequence_output"].shape == (3, 16, 64)
+  assert out["sequence_output"].dtype == jnp.dtype(dtype)
+  assert out["pooled_output"].shape == (3, 64)
+  full = model(ids, mask, seg)["mlm_logits"]
+  assert full.shape == (3, 16, 211)
+  # Gathering before the head equals gathering the full-vocabulary logits.
+  np.testing.assert_allclose(
+      out["mlm_logits"], jnp.take_along_axis(full, positions[..., None], 1),
+      rtol=1e-5, atol=1e-5 if dtype == "float32" else 3e-2)
+
+
+def test_params_are_float32_in_bf16_compute():
+  model = model_lib.BertForPreTraining(tiny_config(dtype="bfloat16"),
+                                       rngs=nnx.Rngs(0))
+  leaves = jax.tree.leaves(nnx.state(model, nnx.Param))
+  assert {x.dtype for x in leaves} == {jnp.dtype("float32")}
+
+
+def test_mlm_decoder_is_tied_to_word_embeddings():
+  config = tiny_config()
+  model = model_lib.BertForPreTraining(config, rngs=nnx.Rngs(0))
+  ids, mask, seg = _inputs()
+  before = model(ids, mask, seg)["mlm_logits"]
+  emb = model.bert.embeddings.word_embeddings
+  emb[...] = emb[...].at[7].add(1.0)  # Touch one output row only via the table.
+  after = model(ids, mask, seg)["mlm_logits"]
+  changed = np.abs(np.asarray(after - before)).max(axis=(0, 1)) > 1e-6
+  assert changed[7]
+  # No separate decoder matrix: the only vocab-sized params are the table
+  # and the output bias.
+  vocab_params = [p for p in jax.tree.leaves(nnx.state(model, nnx.Param))
+                  if config.vocab_size in p.shape]
+  assert sorted(p.shape for p in vocab_params) == [(211,), (211, 64)]
+
+
+def test_padding_is_ignored_and_fully_padded_rows_stay_finite_in_bf16():
+  config = tiny_config(dtype="bfloat16")
+  model = model_lib.BertForPreTraining(config, rngs=nnx.Rngs(0))
+  ids, mask, seg = _inputs()
+  out = model(ids, mask, seg)
+  # Changing tokens under padding does not change unpadded outputs.
+  ids2 = ids.at[1, 12:].set(9)
+  out2 = model(ids2, mask, seg)
+  np.testing.assert_array_equal(out["sequence_output"][1, :10],
+                                out2["sequence_output"][1, :10])
+  all_pad = jnp.zeros_like(mask)
+  out3 = model(ids, all_pad, seg)
+  for k in ("sequence_output", "pooled_output", "mlm_logits", "nsp_logits"):
+    assert bool(jnp.all(jnp.isfinite(out3[k].astype(jnp.float32)))), k
+
+
+def test_dropout_is_active_only_in_training():
+  config = tiny_config()
+  model = model_lib.BertForPreTraining(config, rngs=nnx.Rngs(0))
+  ids, mask, seg = _inputs()
+  a = model(ids, mask, seg)["sequence_output"]
+  b = model(ids, mask, seg)["sequence_output"]
+  np.testing.assert_array_equal(a, b)
+  c = model(ids, mask, seg, deterministic=False,
+            rngs=nnx.Rngs(dropout=1))["sequence_output"]
+  assert not np.allclose(a, c)
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("num_attention_heads", 5, "num_attention_heads=5"),
+    ("hidden_act", "relu", "hidden_act"),
+])
+def test_bad_model_config_names_the_field(field, value, message):
+  config = tiny_config(**{field: value})
+  with pytest.raises(ValueError, match=message):
+    model_lib.BertForPreTraining(config, rngs=nnx.Rngs(0))
+
+
+def test_fused_attention_mask_is_finite_in_float16():
+  """-1e9 is -inf in float16; the fused path must clamp it (no NaN rows)."""
+  config = tiny_config(dtype="float16", attention_impl="dot_product_attention")
+  model = model_lib.BertForPreTraining(config, rngs=nnx.Rngs(0))
+  ids, _, seg = _inputs()
+  out = model(ids, jnp.zeros_like(ids), seg)
+  for k in ("sequence_output", "pooled_output", "mlm_logits", "nsp_logits"):
+    assert bool(jnp.all(jnp.isfinite(out[k].astype(jnp.float32)))), k

@@ -1,0 +1,229 @@
+"""Phases of one run (BERT's 128 -> 512 recipe): the split, the schedule,
+the checks, and exact resume after kill -9 in each phase and at the switch.
+
+The end-to-end runs use a 30-step tiny run: 20 steps at seq 32 (batch 16)
+then 10 at seq 64 (batch 8). A driver kills its own process with SIGKILL
+right after the checkpoint of a chosen step is committed; rerunning the same
+command must give every per-step loss of the uninterrupted run.
+"""
+
+import math
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests import helpers
+from tests.helpers import REPO
+from tests.helpers import TINY_OVERRIDES
+from tests.helpers import child_env
+
+PHASES = ("({'num_steps': 20, 'seq_length': 32, 'max_predictions_per_seq': 5,"
+          " 'batch_size': 16}, {'num_steps': 10, 'seq_length': 64, "
+          "'max_predictions_per_seq': 10, 'batch_size': 8})")
+FLAGS = (*TINY_OVERRIDES,
+         "--config.train.num_steps=30",
+         f"--config.train.phases={PHASES}",
+         "--config.train.log_every=1",
+         "--config.train.eval_every=100000",
+         "--config.checkpoint.save_every_steps=2",
+         "--config.checkpoint.max_to_keep=2")
+
+# `python -m bert_jax.main` that SIGKILLs itself once the checkpoint of step
+# KILL_AFTER is committed.
+_KILL_DRIVER = """
+import os, signal
+from bert_jax.checkpoints import manager as checkpointing
+KILL_AFTER = int(os.environ["KILL_AFTER"])
+_save = checkpointing.Checkpointer.save
+
+def save(self, step, *args, **kwargs):
+  out = _save(self, step, *args, **kwargs)
+  if step == KILL_AFTER:
+    self.wait()
+    os.kill(os.getpid(), signal.SIGKILL)
+  return out
+
+checkpointing.Checkpointer.save = save
+from absl import app
+from bert_jax import main
+app.run(main.main)
+"""
+
+
+# ------------------------------------------------------------------------------
+# The phases a config describes, the schedule and the checks (in process).
+# ------------------------------------------------------------------------------
+def _config(**train):
+  return helpers.tiny_config(train=dict(num_steps=30, **train))
+
+
+def test_bert_two_phase_recipe_is_the_published_split():
+  from bert_jax import config_lib
+  from bert_jax.training import phases
+  config = config_lib.get_config("base")
+  config.train.update(num_steps=1000, recipe="bert_two_phase",
+                      batch_size=256, warmup_steps=100)
+  p1, p2 = phases.resolve(config)
+  assert (p1.start, p1.num_steps, p1.seq_length, p1.max_predictions_per_seq,
+          p1.batch_size, p1.warmup_steps) == (0, 900, 128, 20, 256, 100)
+  assert (p2.start, p2.num_steps, p2.seq_length, p2.max_predictions_per_seq,
+          p2.batch_size, p2.warmup_steps) == (900, 100, 512, 80, 256, 13)
+  assert [phases.at_step([p1, p2], s).index for s in (0, 899, 900, 999)] == [
+      0, 0, 1, 1]
+
+
+def test_per_phase_schedule_warms_up_again_and_continuous_does_not():
+  from bert_jax.training import optim
+  from bert_jax.training import phases
+  config = _config(phases=({"num_steps": 20, "seq_length": 32,
+                            "max_predictions_per_seq": 5, "batch_size": 16},
+                           {"num_steps": 10, "seq_length": 64,
+                            "max_predictions_per_seq": 10, "batch_size": 8,
+                            "learning_rate": 1e-3, "warmup_steps": 2}),
+                   learning_rate=2e-3, warmup_steps=5)
+  plan = phases.resolve(config)
+  per_phase = optim.learning_rate_schedule(config.train, plan)
+  assert float(per_phase(5)) == pytest.approx(2e-3)  # Phase 1 peak.
+  assert float(per_phase(19)) == pytest.approx(2e-3 / 15)  # Decays to 0 at 20.
+  assert float(per_phase(20)) == 0.0  # Phase 2 warms up again...
+  assert float(per_phase(21)) == pytest.approx(0.5e-3)
+  assert float(per_phase(22)) == pytest.approx(1e-3)  # ...to its own peak.
+  config.train.phase_schedule = "continuous"
+  continuous = optim.learning_rate_schedule(config.train, plan)
+  single = optim.learning_rate_schedule(config.train)
+  for step in (0, 5, 19, 20, 29):
+    assert float(continuous(step)) == float(single(step))
+
+
+@pytest.mark.parametrize("train, message", [
+    (dict(phases=({"num_steps": 20, "seq_length": 32,
+                   "max_predictions_per_seq": 5, "batch_size": 16},)),
+     "train.phases add up to 20 steps but train.num_steps=30"),
+    (dict(phases=({"num_steps": 30, "seq_len": 32,
+                   "max_predictions_per_seq": 5, "batch_size": 16},)),
+     r"train.phases\[0\] has unknown keys \['seq_len'\]; no \['seq_length'\]"),
+    (dict(phases=({"num_steps": 20, "seq_length": 32,
+                   "max_predictions_per_seq": 5, "batch_size": 16},
+                  {"num_steps": 10, "seq_length": 128,
+                   "max_predictions_per_seq": 20, "batch_size": 16})),
+     r"Phase 1 of the run \(seq_length 128.*data.seq_length=128 exceeds "
+     "model.max_position_embeddings=64"),
+    (dict(phases=({"num_steps": 20, "seq_length": 32,
+                   "max_predictions_per_seq": 5, "batch_size": 16},
+                  {"num_steps": 10, "seq_length": 64,
+                   "max_predictions_per_seq": 10, "batch_size": 6})),
+     "Phase 1 of the run.*train.batch_size=6 is not divisible"),
+    (dict(recipe="bert_three_phase"), "train.recipe='bert_three_phase'"),
+    (dict(phase_schedule="cosine"), "train.phase_schedule='cosine'"),
+    (dict(phase_data="restart"), "train.phase_data='restart'"),
+])
+def test_bad_phases_are_one_sentence_naming_the_field(train, message):
+  from bert_jax.training import config_checks
+  with pytest.raises(ValueError, match=message):
+    config_checks.validate(_config(**train), num_devices=4,
+                           check_sources=False)
+
+
+def test_fine_tuning_refuses_phases(tmp_path):
+  from bert_jax.training import trainer as trainer_lib
+  config = _config(recipe="bert_two_phase")
+
+  class Data:
+    train_iter, eval_batches = iter(()), []
+  with pytest.raises(ValueError, match="pretraining runs only"):
+    trainer_lib.Trainer(config, str(tmp_path), data=Data())
+
+
+# ------------------------------------------------------------------------------
+# End to end: one run through both phases, killed and resumed.
+# ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+  cache = tmp_path_factory.mktemp("jax_cache")
+  e = child_env(JAX_COMPILATION_CACHE_DIR=str(cache),
+                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+  e.pop("XLA_FLAGS", None)
+  return e
+
+
+def _run(workdir, env, *extra, kill_after=None):
+  head = [sys.executable, "-m", "bert_jax.main"]
+  run_env = env
+  if kill_after is not None:
+    driver = os.path.join(os.path.dirname(workdir), "kill_driver.py")
+    with open(driver, "w") as f:
+      f.write(_KILL_DRIVER)
+    head = [sys.executable, driver]
+    run_env = dict(env, KILL_AFTER=str(kill_after))
+  with open(f"{workdir}.log", "a") as log:
+    proc = subprocess.run(
+        [*head, "--config", os.path.join(REPO, "configs", "tiny.py"),
+         "--workdir", workdir, *FLAGS, *extra], cwd=REPO, env=run_env,
+        stdout=log, stderr=subprocess.STDOUT, timeout=600)
+  return proc.returncode
+
+
+def _losses(records) -> dict[int, float]:
+  return {r["step"]: r["loss"] for r in records}  # A redone step: the last.
+
+
+@pytest.fixture(scope="module", params=["reshuffle", "continue"])
+def runs(request, tmp_path_factory, env):
+  """Uninterrupted run and killed-and-resumed runs of one phase_data policy."""
+  policy = request.param
+  flag = f"--config.train.phase_data={policy}"
+  root = tmp_path_factory.mktemp(f"phases_{policy}")
+  reference = str(root / "reference")
+  os.makedirs(reference)
+  assert _run(reference, env, flag) == 0, helpers.run_log(reference)[-3000:]
+  # kill -9 after the checkpoint of step 12 (phase 1), of step 20 (the last
+  # step of phase 1: the rerun switches at once) and of 22 (just after the
+  # switch); the "continue" policy's skipped pipeline only needs the last.
+  kills = (12, 20, 22) if policy == "reshuffle" else (22,)
+  killed = str(root / "killed")
+  os.makedirs(killed)
+  codes = [_run(killed, env, flag, kill_after=k) for k in kills]
+  codes.append(_run(killed, env, flag))
+  return dict(policy=policy, reference=reference, killed=killed, kills=kills,
+              codes=codes)
+
+
+def test_two_phase_run_switches_once_and_logs_it(runs):
+  log = helpers.run_log(runs["reference"])
+  assert log.count("Phase 2/2 from step 20: seq_length 64, "
+                   "max_predictions_per_seq 10, batch_size 8") == 1
+  # Both phases' steps compiled before step 1, none later.
+  assert "Compiled the train step of phase 2/2 (seq_length 64" in log
+  assert "Compiled the train step for batch shape" not in log
+  records = helpers.train_records(runs["reference"])
+  assert [r["step"] for r in records] == list(range(1, 31))
+  assert all(math.isfinite(r["loss"]) for r in records)
+  # Tokens per step follow the phase: 16 x 32 = 512, then 8 x 64 = 512 too;
+  # the learning rate warms up again at the switch (per_phase schedule).
+  lr = {r["step"]: r["learning_rate"] for r in records}
+  assert lr[21] == 0.0 and lr[22] > lr[21] and lr[20] < lr[19]
+  if runs["policy"] == "continue":
+    assert "data: after the 320 examples consumed (40 batches skipped)" in log
+  else:
+    assert "data: the pipeline again with its own seed" in log
+
+
+def test_kill9_in_each_phase_and_at_the_switch_resumes_exactly(runs):
+  ref = _losses(helpers.train_records(runs["reference"]))
+  assert sorted(ref) == list(range(1, 31))
+  *killed_codes, final = runs["codes"]
+  assert killed_codes == [-signal.SIGKILL] * len(runs["kills"])
+  assert final == 0, helpers.run_log(runs["killed"])[-3000:]
+  log = helpers.run_log(runs["killed"])
+  resumed = [int(line.rsplit("step ", 1)[1].split()[0])
+             for line in log.splitlines()
+             if "Resumed from checkpoint step" in line]
+  assert resumed == list(runs["kills"])
+  records = helpers.train_records(runs["killed"])
+  assert _losses(records) == ref
+  for rec in records:  # Every step, also the ones redone, equals the reference.
+    assert rec["loss"] == ref[rec["step"]], rec

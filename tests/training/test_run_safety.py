@@ -1,0 +1,279 @@
+"""End to end: a run its own user cannot damage.
+
+`python -m bert_jax.main` children on one workdir: a second run is refused
+while the first trains (nothing of the first touched), Ctrl-C saves like
+SIGTERM, kill -9 leaves nothing that blocks the next run; a full disk stops
+the run at the next step with one line; bad inputs are one sentence.
+"""
+
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests import helpers
+from tests.helpers import REPO
+from tests.helpers import TINY_OVERRIDES
+from tests.helpers import child_env
+from tests.helpers import run_main
+
+SAVE_EVERY = 10
+FLAGS = ("--config.train.log_every=1", "--config.train.eval_every=100000",
+         f"--config.checkpoint.save_every_steps={SAVE_EVERY}",
+         # A small iterator state: the test's file-size limit hits the async
+         # array write, not the synchronous iterator save.
+         "--config.data.shuffle_buffer=0")
+# Lines of TF / XLA start-up chatter that are not ours.
+_NOT_OURS = re.compile(r"^(WARNING: All log messages|I0000|E0000|W0000)")
+
+
+def _cmd(workdir, *extra):
+  return [sys.executable, "-m", "bert_jax.main", "--config",
+          os.path.join(REPO, "configs", "tiny.py"), "--workdir", str(workdir),
+          *TINY_OVERRIDES, *FLAGS, *extra]
+
+
+def _start(workdir, *extra, **kwargs):
+  log = open(f"{workdir}.log", "a")
+  return subprocess.Popen(_cmd(workdir, *extra), cwd=REPO, env=child_env(),
+                          stdout=log, stderr=subprocess.STDOUT, text=True,
+                          **kwargs)
+
+
+def _steps(workdir) -> list[int]:
+  d = os.path.join(workdir, "checkpoints")
+  return sorted(int(n) for n in os.listdir(d) if n.isdigit())
+
+
+def _ours(text: str) -> list[str]:
+  return [ln for ln in text.splitlines() if ln and not _NOT_OURS.match(ln)]
+
+
+# ------------------------------------------------------------------------------
+# One writer per workdir; Ctrl-C; kill -9 then take over.
+# ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+  """A trains; B (same command) starts meanwhile; A gets Ctrl-C; C trains and
+  is killed with -9; D (same command) takes the workdir over and resumes."""
+  workdir = str(tmp_path_factory.mktemp("lock") / "run")
+  out = {"workdir": workdir}
+  a = _start(workdir, "--config.train.num_steps=100000")
+  helpers.wait_for_step(a, workdir, SAVE_EVERY + 2)
+  records_before = helpers.train_records(workdir)
+  b = subprocess.run(_cmd(workdir, "--config.train.num_steps=100000"),
+                     cwd=REPO, env=child_env(), capture_output=True, text=True,
+                     timeout=600)
+  out.update(a_pid=a.pid, b_rc=b.returncode, b_stderr=b.stderr,
+             a_alive_after_b=a.poll() is None,
+             records_before_b=records_before,
+             records_after_b=helpers.train_records(workdir))
+  a.send_signal(signal.SIGINT)  # Ctrl-C.
+  out["a_rc"] = a.wait(timeout=600)
+  out["a_log"] = helpers.run_log(workdir)
+  out["a_records"] = helpers.train_records(workdir)
+  out["a_steps"] = _steps(workdir)
+
+  n = len(out["a_records"])
+  c = _start(workdir, "--config.train.num_steps=100000")
+  helpers.wait_for_step(c, workdir, out["a_records"][-1]["step"] + 1, skip=n)
+  deadline = time.time() + 600
+  while max(_steps(workdir)) <= max(out["a_steps"]):  # C committed one.
+    assert time.time() < deadline and c.poll() is None, helpers.run_log(workdir)[-3000:]
+    time.sleep(0.05)
+  killed_at = helpers.train_records(workdir)[-1]["step"]
+  c.send_signal(signal.SIGKILL)
+  c.wait(timeout=60)
+  out["c_steps"] = _steps(workdir)
+  m = len(helpers.train_records(workdir))
+  log_before_d = len(helpers.run_log(workdir))
+  d = _start(workdir, f"--config.train.num_steps={killed_at + 3}")
+  out["d_rc"] = d.wait(timeout=600)
+  out["d_log"] = helpers.run_log(workdir)[log_before_d:]
+  out["d_records"] = helpers.train_records(workdir)[m:]
+
+  # E: D's newest checkpoint truncated (a disk that lost a file's tail).
+  out["e_steps"] = _steps(workdir)
+  state = os.path.join(workdir, "checkpoints", str(max(out["e_steps"])),
+                       "state")
+  files = [os.path.join(d, f) for d, _, fs in os.walk(state) for f in fs]
+  biggest = max(files, key=os.path.getsize)
+  with open(biggest, "r+b") as f:
+    f.truncate(os.path.getsize(biggest) // 2)
+  e = subprocess.run(_cmd(workdir, f"--config.train.num_steps={killed_at + 3}"),
+                     cwd=REPO, env=child_env(), capture_output=True, text=True,
+                     timeout=600)
+  out.update(e_rc=e.returncode, e_stderr=e.stderr)
+  return out
+
+
+def test_second_run_is_refused_with_one_line_and_first_is_untouched(two_runs):
+  r = two_runs
+  assert r["b_rc"] == 1
+  lines = _ours(r["b_stderr"])
+  assert len(lines) <= 2, r["b_stderr"][-3000:]  # absl's E line + error:.
+  assert lines[-1].startswith("error: Workdir "), lines
+  assert "in use by another run" in lines[-1]
+  assert f"pid {r['a_pid']}" in lines[-1] and "started " in lines[-1]
+  # A kept training, alone: metrics.jsonl holds each step once, in order.
+  assert r["a_alive_after_b"]
+  steps = [rec["step"] for rec in r["a_records"]]
+  assert steps == list(range(1, len(steps) + 1))
+  assert "Took workdir" in r["a_log"] and r["a_log"].count("Took workdir") == 1
+
+
+def test_ctrl_c_commits_a_checkpoint_of_that_step_and_exits_0(two_runs):
+  r = two_runs
+  assert r["a_rc"] == 0, r["a_log"][-3000:]
+  (saved,) = [int(s) for s in re.findall(
+      r"Preempted: checkpoint of step (\d+) committed", r["a_log"])]
+  assert "Received SIGINT" in r["a_log"]
+  assert r["a_records"][-1]["step"] == saved
+  assert saved in r["a_steps"] and max(r["a_steps"]) == saved
+
+
+def test_kill9_leaves_no_lock_next_run_takes_over_and_resumes(two_runs):
+  r = two_runs
+  assert r["d_rc"] == 0, r["d_log"][-3000:]
+  (resumed,) = [int(s) for s in re.findall(
+      r"Resumed from checkpoint step (\d+)", r["d_log"])]
+  assert resumed == max(r["c_steps"]) and resumed > max(r["a_steps"])
+  assert r["d_records"][0]["step"] == resumed + 1
+  assert "in use by another run" not in r["d_log"]
+
+
+# ------------------------------------------------------------------------------
+# A full disk: the failed async save stops the run at the next step.
+# ------------------------------------------------------------------------------
+def _file_size_limit():
+  """Child: writes past 512 KiB fail with EFBIG (a full disk, per file)."""
+  signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+  resource.setrlimit(resource.RLIMIT_FSIZE,
+                     (512 * 1024, resource.RLIM_INFINITY))
+
+
+def test_failed_async_save_stops_at_next_step_with_one_line(tmp_path):
+  workdir = tmp_path / "run"
+  first = run_main(workdir, *FLAGS, f"--config.train.num_steps={SAVE_EVERY}")
+  assert first.returncode == 0, first.stderr[-3000:]
+  # Same command, longer, on a "full disk": the save at step 20 cannot write
+  # its arrays (each ~1 MB), in Orbax's background thread.
+  proc = subprocess.run(_cmd(workdir, "--config.train.num_steps=60"), cwd=REPO,
+                        env=child_env(), capture_output=True, text=True,
+                        timeout=600, preexec_fn=_file_size_limit)
+  err = proc.stderr
+  assert proc.returncode == 1, err[-3000:]
+  last = _ours(err)[-1]
+  assert last.startswith(
+      f"error: Saving checkpoint step 20 to {workdir}/checkpoints/20 failed "
+      f"(cannot write {workdir}/checkpoints/20"), last
+  assert "File too large" in last and "steps [10]" in last
+  # Stopped at the first step after Orbax's thread reported the failure
+  # (the one already running may still log), long before the next save.
+  lines = err.splitlines()
+  reported = next(i for i, ln in enumerate(lines)
+                  if "Failed to run" in ln and "background save" in ln)
+  logged = [int(m.group(1)) for ln in lines[reported:]
+            for m in [re.search(r"\] step (\d+)/60", ln)] if m]
+  assert len(logged) <= 1, logged
+  steps = [int(m) for m in re.findall(r"\] step (\d+)/60", err)]
+  assert 20 <= max(steps) < 30, steps
+  # One line per error, not hundreds of lines of tracebacks.
+  assert "Traceback" not in err and "Event loop is closed" not in err
+  # The older checkpoint is intact and restores.
+  from bert_jax.checkpoints import reading as checkpoint_reading
+  assert _steps(workdir) == [10]
+  params, _, step = checkpoint_reading.load_params(str(workdir))
+  assert step == 10 and params
+
+
+# ------------------------------------------------------------------------------
+# Bad inputs: one sentence, exit 1, nothing written; --verbose for the trace.
+# ------------------------------------------------------------------------------
+def _main(*args):
+  return subprocess.run([sys.executable, "-m", "bert_jax.main", *args],
+                        cwd=REPO, env=child_env(), capture_output=True,
+                        text=True, timeout=300)
+
+
+@pytest.mark.parametrize("case", ["missing_config", "misspelled_override",
+                                  "misspelled_group", "workdir_is_a_file"])
+def test_bad_input_is_one_sentence_and_writes_nothing(tmp_path, case):
+  tiny = os.path.join(REPO, "configs", "tiny.py")
+  workdir = tmp_path / "run"
+  args, expect = {
+      "missing_config": (
+          ["--config", str(tmp_path / "nope.py")],
+          f"error: --config file {tmp_path / 'nope.py'} does not exist"),
+      "misspelled_override": (
+          ["--config", tiny, "--config.train.num_stepz=3"],
+          "error: --config.train.num_stepz: the config has no field "
+          "'num_stepz'; did you mean 'num_steps'?"),
+      "misspelled_group": (
+          ["--config", tiny, "--config.trian.num_steps=3"],
+          "error: --config.trian.num_steps: the config has no field 'trian'; "
+          "did you mean 'train'?"),
+      "workdir_is_a_file": (
+          ["--config", tiny], f"error: --workdir={workdir} is not a "
+          "directory"),
+  }[case]
+  if case == "workdir_is_a_file":
+    workdir.write_text("not a directory")
+  proc = _main(*args, "--workdir", str(workdir))
+  lines = _ours(proc.stderr)
+  assert proc.returncode == 1
+  assert 1 <= len(lines) <= 2, proc.stderr[-3000:]
+  assert lines[-1].startswith(expect), lines
+  assert "Traceback" not in proc.stderr
+  if case != "workdir_is_a_file":
+    assert not workdir.exists()
+  verbose = _main(*args, "--workdir", str(workdir), "--verbose")
+  assert verbose.returncode != 0 and "Traceback" in verbose.stderr
+
+
+def test_resume_is_quiet_and_a_truncated_checkpoint_is_one_warning(two_runs):
+  r = two_runs
+  # Every resume used to warn that <step>/state/_CHECKPOINT_METADATA (a file
+  # Orbax never writes there) does not exist.
+  assert "state/_CHECKPOINT_METADATA" not in r["d_log"] + r["e_stderr"]
+  assert r["e_rc"] == 0, r["e_stderr"][-3000:]
+  bad, good = r["e_steps"][-1], r["e_steps"][-2]
+  err = r["e_stderr"]
+  assert err.count(f"Checkpoint step {bad} in") == 1, err[-3000:]
+  assert f"Resumed from step {good}, the newest good checkpoint" in err
+  # No per-array tracebacks (hundreds of lines for BERT-tiny's 30k vocab).
+  assert "Traceback" not in err and "Exception ignored" not in err
+  assert len(_ours(err)) < 30, len(_ours(err))
+
+
+def test_unread_checkpoint_coroutines_are_not_printed(monkeypatch):
+  """An unreadable checkpoint of BERT-tiny (30k vocab) printed ~700 lines:
+  one 'Exception ignored in: <coroutine _read_array_index_and_device_put>'
+  traceback with the whole TensorStore spec per array, when collected."""
+  import types
+
+  from orbax.checkpoint._src.serialization import serialization
+
+  from bert_jax import cli
+  printed = []  # What reaches the interpreter's hook (which prints).
+  monkeypatch.setattr(sys, "unraisablehook", printed.append)
+  monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)
+  cli._quiet_checkpoint_noise()
+  coro = serialization._read_array_index_and_device_put(
+      None, None, None, global_shape=None, new_shard_shape=None, dtype=None,
+      byte_limiter=None, strict=None, dll=None, memory_kind=None)
+  error = Exception("Encountered error while reading array index: (...)")
+  try:
+    for obj in (coro, "something else"):
+      sys.unraisablehook(types.SimpleNamespace(
+          exc_type=Exception, exc_value=error, exc_traceback=None,
+          err_msg=None, object=obj))
+  finally:
+    coro.close()
+  # Orbax's read coroutine is dropped; other unraisable errors still print.
+  assert [info.object for info in printed] == ["something else"]
