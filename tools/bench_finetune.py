@@ -39,10 +39,13 @@ import time
 import numpy as np
 from absl import app
 from absl import flags
+from ml_collections import config_flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bert_jax.downstream import finetuning
 
+# Only --config: the tool writes nothing but its report (no --workdir).
+config_flags.DEFINE_config_file(
+    "config", None, "configs/finetune.py and its overrides.", lock_config=True)
 flags.DEFINE_integer("rounds", 3, "Alternating rounds (ours, then HF).")
 flags.DEFINE_integer("steps", 0, "Timed steps per side per round; 0: one "
                      "epoch's batches over all rounds.")

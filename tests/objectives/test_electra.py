@@ -6,9 +6,6 @@ wide), so every test runs in seconds on CPU.
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,7 +17,7 @@ from bert_jax.hf import electra as hf_electra
 from bert_jax.hf import mapping as hf
 from bert_jax.models import electra as electra_model
 from bert_jax.objectives import electra
-from tests.helpers import REPO
+from tests import helpers
 from tests.helpers.electra_batches import BATCH
 from tests.helpers.electra_batches import PREDS
 from tests.helpers.electra_batches import SEQ
@@ -30,12 +27,7 @@ from tests.helpers.electra_batches import tiny_electra_config
 
 
 def config_file(name: str):
-  """configs/<name>.py's get_config() (configs/ is files, not a package)."""
-  spec = importlib.util.spec_from_file_location(
-      f"configs_{name}", os.path.join(REPO, "configs", f"{name}.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
+  return helpers.load_config(name)
 
 
 
