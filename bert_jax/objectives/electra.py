@@ -29,6 +29,7 @@ from bert_jax.data import features
 from bert_jax.models import electra as electra_model
 from bert_jax.models import flops as flops_lib
 from bert_jax.objectives import Objective
+from bert_jax.objectives import bert
 from bert_jax.objectives import safe_div
 
 
@@ -105,9 +106,6 @@ def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
       batch["masked_lm_positions"], deterministic=deterministic,
       rngs=rngs).astype(jnp.float32)
   ids, w = batch["masked_lm_ids"], batch["masked_lm_weights"]
-  nll = -jnp.take_along_axis(jax.nn.log_softmax(mlm_logits, axis=-1),
-                             ids[..., None], axis=-1)[..., 0]
-
   corrupted, labels, samples = replace_tokens(
       mlm_logits, batch, sample_key, config.objective.generator_temperature)
   disc_logits = model.discriminator_logits(
@@ -118,10 +116,8 @@ def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
   bce = optax.sigmoid_binary_cross_entropy(disc_logits, y)
   pred = (disc_logits > 0).astype(jnp.float32)
   return dict(
-      mlm_loss=jnp.sum(nll * w),
-      mlm_correct=jnp.sum((jnp.argmax(mlm_logits, -1) == ids) * w),
+      **bert.mlm_sums(mlm_logits, batch),  # mlm_loss, mlm_correct, mlm_weight
       sampled_correct=jnp.sum((samples == ids) * w),
-      mlm_weight=jnp.sum(w),
       disc_loss=jnp.sum(bce * real),
       disc_correct=jnp.sum((pred == y) * real),
       disc_true_positive=jnp.sum(pred * y * real),
