@@ -65,17 +65,12 @@ def encoder_params(params, config) -> dict:
           "pooler": a["pooler"]}
 
 
-def hf_export(config):
-  return "albert", config.model
-
-
 OBJECTIVE = Objective(
     name="albert", make_model=make_model, feature_spec=bert.feature_spec,
     loss_sums=bert.loss_sums, counts=bert.counts, loss=bert.loss,
     metrics=bert.metrics,
     log_keys=(("loss", "loss"), ("mlm_acc", "mlm_accuracy"),
               ("sop_acc", "nsp_accuracy")),
-    hf_export=hf_export,
     # Layer sharing saves parameters, not FLOPs; BERT's count with E != H
     # adds the projection and the H -> E MLM transform (the SOP head is
     # negligible).

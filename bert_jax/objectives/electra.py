@@ -26,6 +26,8 @@ import optax
 from flax import nnx
 
 from bert_jax.data import features
+from bert_jax.hf import checkpoint_io
+from bert_jax.hf import electra as hf_electra
 from bert_jax.models import electra as electra_model
 from bert_jax.models import flops as flops_lib
 from bert_jax.objectives import Objective
@@ -181,10 +183,20 @@ def encoder_params(params, config) -> dict:
   return out
 
 
+def hf_export(config, params) -> tuple[checkpoint_io.HFModel, ...]:
+  """Two Hugging Face models, as Google releases them: discriminator/
+  (ElectraForPreTraining) and generator/ (ElectraForMaskedLM), each with a
+  copy of the shared embeddings."""
+  return tuple(checkpoint_io.HFModel(
+      net, hf_electra.family_name(net), hf_electra.network_config(config, net),
+      hf_electra.network_params(params, net)) for net in hf_electra.NETWORKS)
+
+
 OBJECTIVE = Objective(
     name="electra", make_model=make_model, feature_spec=feature_spec,
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
     log_keys=(("loss", "loss"), ("gen_acc", "mlm_accuracy"),
               ("disc_acc", "disc_accuracy"), ("disc_prec", "disc_precision"),
               ("disc_rec", "disc_recall"), ("replaced", "replaced_share")),
-    flops=flops_per_sequence, encoder_params=encoder_params)
+    hf_export=hf_export, flops=flops_per_sequence,
+    encoder_params=encoder_params)

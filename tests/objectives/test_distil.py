@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from bert_jax import export
 from bert_jax import pretrained
 from bert_jax.downstream import mask_filling
 from bert_jax.hf import checkpoint_io
@@ -130,8 +131,9 @@ def test_export_matches_pytorch_and_fill_mask_runs_on_it(tmp_path):
       "vocab_size", "intermediate_size")})
   student = distil.student_from_teacher(config, hf_dir["params"])
   out = str(tmp_path / "student")
-  distil.export_student(out, student, config, tokenizer=tokenizer_files.TokenizerSpec(
-      "wordpiece", hf_dir["vocab_path"], True))
+  export.write_hf_models(out, student, config,
+                         tokenizer=tokenizer_files.TokenizerSpec(
+                             "wordpiece", hf_dir["vocab_path"], True))
   module = mapping.make_model(student, distil.student_config(config),
                               family="distilbert")
   r = np.random.RandomState(0)

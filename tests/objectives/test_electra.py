@@ -16,6 +16,8 @@ import pytest
 from flax import nnx
 
 from bert_jax import config_lib
+from bert_jax import export
+from bert_jax import pretrained
 from bert_jax.hf import electra as hf_electra
 from bert_jax.hf import mapping as hf
 from bert_jax.models import electra as electra_model
@@ -105,8 +107,9 @@ def test_parameter_counts_match_hugging_face(config_name):
       lambda: electra_model.ElectraForPreTraining(config, rngs=nnx.Rngs(0))))
 
   def hf_count(network, cls):
-    hf_cfg = transformers.ElectraConfig(**hf_electra.hf_config(config,
-                                                               network))
+    hf_cfg = transformers.ElectraConfig(
+        **hf.get(hf_electra.family_name(network)).config_to_hf(
+            hf_electra.network_config(config, network)))
     with torch.device("meta"):
       model = cls(hf_cfg)
     return sum(p.numel() for p in model.parameters())  # Tied: counted once.
@@ -282,7 +285,7 @@ def test_hf_export_logits_match_pytorch(tmp_path, embedding_size):
   transformers = pytest.importorskip("transformers")
   c = tiny_electra_config(embedding_size=embedding_size)
   graphdef, params = _randomized_params(c)
-  written = hf_electra.save_pretrained(str(tmp_path), params, c)
+  written = export.write_hf_models(str(tmp_path), params, c)
   assert "discriminator/model.safetensors" in written
   assert "generator/config.json" in written
   model = nnx.merge(graphdef, params)
@@ -317,8 +320,10 @@ def test_hf_export_logits_match_pytorch(tmp_path, embedding_size):
 def test_hf_round_trip_is_exact(tmp_path):
   c = tiny_electra_config(generator_hidden_size=0.5)
   _, params = _randomized_params(c, seed=3)
-  hf_electra.save_pretrained(str(tmp_path), params, c)
-  back, config = hf_electra.load_pretrained(str(tmp_path))
+  export.write_hf_models(str(tmp_path), params, c)
+  source = pretrained.resolve(str(tmp_path))
+  back, _ = pretrained.load_params(source)
+  config = source.config
   a, b = hf.flatten_params(params), hf.flatten_params(back)
   assert set(a) == set(b)
   for k in a:
@@ -334,7 +339,9 @@ def test_hf_round_trip_is_exact(tmp_path):
 def test_hf_import_rejects_untied_embeddings(tmp_path):
   c = tiny_electra_config()
   _, params = _randomized_params(c)
-  sds = hf_electra.to_hf_state_dicts(params, c)
+  sds = {n: hf.to_hf_state_dict(hf_electra.network_params(params, n),
+                                 family=hf_electra.family_name(n))
+         for n in hf_electra.NETWORKS}
   sds["generator"]["electra.embeddings.position_embeddings.weight"] += 1e-3
   with pytest.raises(ValueError, match="position_embeddings"):
     hf_electra.from_hf_state_dicts(sds, c)
