@@ -121,6 +121,8 @@ def test_untrained_heads_are_flagged(tmp_path, caplog):
   cfg.data.nsp = False
   untrained = export.untrained_heads(cfg, "bert")
   assert untrained
+  assert export.untrained_heads(cfg, "albert") == ("albert.pooler",
+                                                   "sop_classifier")
   cfg.data.objective = "sop"
   assert export.untrained_heads(cfg, "bert") == ()
   mc = tiny_model_config()

@@ -187,6 +187,13 @@ def test_resume_continues_exactly_and_the_student_exports(tmp_path):
   assert hf.config.n_layers == 1
   result = mask_filling.fill_mask(out, "the [MASK] of the function .", top_k=2)
   assert len(result) == 2
+  # The workdir fills masks with its student too (its run config's model
+  # group is the teacher's: the objective says which model the params are).
+  from_run = mask_filling.fill_mask(workdir, "the [MASK] of the function .",
+                                    top_k=2)
+  assert [r["token"] for r in from_run] == [r["token"] for r in result]
+  np.testing.assert_allclose([r["score"] for r in from_run],
+                             [r["score"] for r in result], atol=1e-5)
 
 
 @pytest.mark.parametrize("field,value,message", [

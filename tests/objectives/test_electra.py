@@ -414,6 +414,36 @@ def test_objective_name_alone_selects_electra_with_defaults():
   assert c.objective.disc_weight == 50.0
 
 
+def test_objective_name_on_base_samples_the_generator_at_temperature_one():
+  """--config.objective.name=electra on configs/base.py: the generator is
+  sampled at objective.generator_temperature (1.0 unless set), never at
+  DistilBERT's objective.temperature (2.0 by default), which used to leak
+  in. The samples show in loss_sums through the discriminator's loss."""
+  def sums(**objective):
+    c = config_file("base")
+    c.objective.name = "electra"
+    c.objective.update(objective)
+    c.model.update(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2,
+                   num_attention_heads=4, intermediate_size=256,
+                   max_position_embeddings=64)
+    assert c.objective.temperature == 2.0  # DistilBERT's default is there.
+    m = make(c)
+    # A sharp generator (logits spread over ~6 nats), so that the
+    # temperature changes which tokens are drawn.
+    bias = m.generator.mlm_head.bias
+    bias[...] = 3.0 * jax.random.normal(jax.random.key(7), bias[...].shape)
+    batch = {k: jnp.asarray(v) for k, v in masked_batch(seed=3)[0].items()}
+    out = electra.loss_sums(m, batch, jax.random.key(11), True, c)
+    return {k: float(v) for k, v in out.items()}
+
+  default, one, two = sums(), sums(generator_temperature=1.0), sums(
+      generator_temperature=2.0)
+  assert default == one
+  # Other samples, another discriminator input (same weights, same rng).
+  assert default["disc_loss"] != two["disc_loss"], (default, two)
+  assert default["mlm_loss"] == two["mlm_loss"]  # The generator is the same.
+
+
 def test_both_networks_learn_on_a_fixed_batch():
   """The loss trains both networks (a loss term with no gradient path to its
   network, or of the wrong sign, fails this): 200 Adam steps on one batch
