@@ -42,6 +42,12 @@ ARCH_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
                "layer_norm_eps")
 
 UNTRAINED_HEADS_NOTE = "UNTRAINED_HEADS.md"
+# config.json special-token ids (ModernBertConfig's) -> the
+# tokenizer_config.json entry naming the token: [CLS] opens and [SEP] ends.
+_SPECIAL_ID_TOKENS = (("cls_token_id", "cls_token"),
+                      ("bos_token_id", "cls_token"),
+                      ("sep_token_id", "sep_token"),
+                      ("eos_token_id", "sep_token"))
 
 # Files written by tools/convert_from_hf.py (our own format, no torch needed).
 IMPORTED_PARAMS = "params.safetensors"
@@ -278,7 +284,7 @@ def save_hf_model(out_dir: str, params, model_config, *,
   os.makedirs(out_dir, exist_ok=True)
   sd = mapping.to_hf_state_dict(params, family=family)
   word = next(r.hf for r in mapping.get(family).rows
-              if r.ours.endswith("word_embeddings"))
+              if r.ours.endswith(("word_embeddings", "tok_embeddings")))
   if int(sd[word].shape[0]) != int(model_config.vocab_size):
     raise ValueError("params do not match model.vocab_size.")
   save_file(sd, os.path.join(out_dir, "model.safetensors"),
@@ -286,7 +292,7 @@ def save_hf_model(out_dir: str, params, model_config, *,
   written = ["model.safetensors"]
   pad_id = 0
   if tokenizer is not None:
-    cfg = tokenizer_files.write_hf_tokenizer_files(
+    cfg = tok_cfg = tokenizer_files.write_hf_tokenizer_files(
         out_dir, tokenizer,
         model_max_length=int(model_config.max_position_embeddings))
     written += ["tokenizer.json", "tokenizer_config.json",
@@ -316,6 +322,11 @@ def save_hf_model(out_dir: str, params, model_config, *,
     written.append(UNTRAINED_HEADS_NOTE)
   cfg = hf_config_from_model_config(model_config, pad_token_id=pad_id,
                                     family=family, extra=extra)
+  if tokenizer is not None:  # Families whose config names more special ids.
+    for key, token in _SPECIAL_ID_TOKENS:
+      tok_id = tok.token_to_id(tok_cfg.get(token, ""))
+      if key in cfg and tok_id is not None:
+        cfg[key] = int(tok_id)
   with open(os.path.join(out_dir, "config.json"), "w") as f:
     json.dump(cfg, f, indent=2)
   written.insert(0, "config.json")

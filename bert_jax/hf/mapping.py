@@ -16,9 +16,13 @@ Adding a family (ELECTRA, ALBERT, DistilBERT, ...) is one call::
       tied={...}, heads={...}, architectures=(...), base_prefix="electra."))
 
 Table format: each :class:`Row` is (our dotted path, HF name, Google TF name,
-transpose between ours and HF, transpose between ours and TF). ``{i}`` in a
-row is the encoder layer index; our dense kernels are (in, out), HF Linear
-weights (out, in), Google's TF kernels (in, out) except a few.
+transpose between ours and HF, transpose between ours and TF, first layer).
+``{i}`` in a row is the encoder layer index, from the row's first layer
+(ModernBERT has no attention norm before block 0); our dense kernels are
+(in, out), HF Linear weights (out, in), Google's TF kernels (in, out) except
+a few. Instead of a transpose flag a row may name a :class:`Layout`: a
+fused kernel stored with its parts on an axis of their own (ModernBERT's
+Wqkv as [in, 3, out]) that HF keeps as one Linear weight [3 out, in].
 """
 
 from __future__ import annotations
@@ -32,12 +36,39 @@ import numpy as np
 from flax import nnx
 
 
+class Layout(NamedTuple):
+  """How ours and HF store one tensor, when it is more than a transpose."""
+  to_hf: Callable[[np.ndarray], np.ndarray]
+  from_hf: Callable[[np.ndarray], np.ndarray]
+
+
+def split_linear(parts: int) -> Layout:
+  """Ours [in, parts, out] <-> HF Linear weight [parts * out, in], the
+  parts in order along HF's output dim (q, k, v; GeGLU's input, gate)."""
+  return Layout(
+      to_hf=lambda k: k.reshape(k.shape[0], -1).T,
+      from_hf=lambda w: w.T.reshape(w.shape[1], parts, -1))
+
+
+def _to_hf(x, how):
+  if isinstance(how, Layout):
+    return np.ascontiguousarray(how.to_hf(x))
+  return np.ascontiguousarray(x.T) if how else x
+
+
+def _from_hf(x, how):
+  if isinstance(how, Layout):
+    return np.ascontiguousarray(how.from_hf(x))
+  return np.ascontiguousarray(x.T) if how else x
+
+
 class Row(NamedTuple):
   ours: str  # our dotted param path, "{i}" = layer index
   hf: str  # Hugging Face state-dict name
   tf: str  # Google TF checkpoint variable name ("" if none)
-  transpose_hf: bool  # ours.T == hf
+  transpose_hf: bool | Layout  # ours.T == hf (or the Layout between them)
   transpose_tf: bool  # ours.T == tf
+  first_layer: int = 0  # "{i}" rows: the layers from this index on
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +116,7 @@ class Family:
     for r in self.rows:
       if "{i}" in r.ours:
         out += [Row(*(f.format(i=i) if isinstance(f, str) else f for f in r))
-                for i in range(num_layers)]
+                for i in range(r.first_layer, num_layers)]
       else:
         out.append(r)
     return out
@@ -105,6 +136,8 @@ TABLE_MODULES = {
     "distilbert": "bert_jax.hf.families",
     "electra_discriminator": "bert_jax.hf.electra",
     "electra_generator": "bert_jax.hf.electra",
+    "modernbert": "bert_jax.hf.modernbert",
+    "modernbert_classify": "bert_jax.hf.modernbert",
 }
 _LOADED: dict[str, Family] = {}
 
@@ -241,8 +274,7 @@ def to_hf_state_dict(params: Mapping[str, Any], *, family: str = "bert",
                      f"{missing[:5]}, unexpected {extra[:5]}.")
   sd = {}
   for r in rows:
-    x = f32(flat[r.ours])
-    sd[r.hf] = np.ascontiguousarray(x.T) if r.transpose_hf else x
+    sd[r.hf] = _to_hf(f32(flat[r.ours]), r.transpose_hf)
   if include_tied:
     for tied, src in fam.tied.items():
       sd[tied] = sd[src].copy()
@@ -377,15 +409,13 @@ def from_hf_state_dict(state_dict: Mapping[str, Any], model_config, *,
       seen_hf[hf_name] = np.asarray(value)
     arr = np.asarray(value)
     dtypes.add(str(arr.dtype))
-    arr = f32(arr)
-    found[ours] = np.ascontiguousarray(arr.T) if transpose else arr
+    found[ours] = _from_hf(f32(arr), transpose)
   for tied, src in fam.tied.items():
     if tied not in seen_hf:
       continue
     if src not in seen_hf and src in by_hf:  # Some exports carry only the copy.
       ours, transpose = by_hf[src]
-      arr = f32(seen_hf[tied])
-      found[ours] = np.ascontiguousarray(arr.T) if transpose else arr
+      found[ours] = _from_hf(f32(seen_hf[tied]), transpose)
     elif src in seen_hf and not np.array_equal(
         np.asarray(seen_hf[tied], np.float32),
         np.asarray(seen_hf[src], np.float32)):
