@@ -157,7 +157,12 @@ def load_model_config(source: Source | str) -> ml_collections.ConfigDict:
     if "model" not in source.config:
       raise FileNotFoundError(f"{source.path} stores no model config.")
     # Older runs stored fewer model fields: today's defaults fill the rest.
-    return config_lib.complete_model(source.config.model.to_dict())
+    model = config_lib.complete_model(source.config.model.to_dict())
+    # The phase the checkpoint was saved in may have changed the function
+    # (e.g. context extension's RoPE base): that is the trained model.
+    model.update(config_lib.phase_model_overrides(
+        source.config, source.step if source.kind != IMPORTED else None))
+    return model
   hf_cfg = checkpoint_io.read_hf_config(source.path)
   if hf_cfg is None:
     raise FileNotFoundError(f"No config.json or bert_config.json in "
