@@ -40,6 +40,7 @@ from bert_jax.checkpoints import workdir_lock
 from bert_jax.data import task_sources
 from bert_jax.data import tokenizers
 from bert_jax.downstream import metrics as task_metrics
+from bert_jax.hf import mapping
 from bert_jax.objectives import classify
 from bert_jax.training import config_checks
 from bert_jax.training import sharding
@@ -79,10 +80,13 @@ def read_task(config, workdir: str):
 
 def source_objective(source):
   """(objective the source was trained with, its full run config or None).
-  Sources without a stored objective (HF, TF, older runs) are BERT's."""
+  Sources without a stored objective are their family's (an HF ModernBERT
+  directory: modernbert); older runs and TF checkpoints are BERT's."""
   stored = source.config
+  family = mapping.get(source.family) if source.family else None
+  default = family.objectives[0] if family and family.objectives else "bert"
   name = ((stored.get("objective") or {}).get("name", "bert")
-          if stored is not None else "bert")
+          if stored is not None else default)
   full = None
   if stored is not None and "model" in stored:
     full = config_lib.complete(stored)
@@ -108,6 +112,8 @@ def resolve_config(config, source, spec, num_train: int):
     model[field] = config.model[field]
   model.num_labels = spec.num_labels
   config.model = model
+  # The family's classifier (stored with the run: its export class).
+  config.objective.name = finetune_objective(source).name
   if int(model.type_vocab_size) < 2:  # No segment table (DistilBERT).
     # Pretraining's sentence-pair setting is moot here; its check would
     # refuse the model.
@@ -220,10 +226,29 @@ def _loss_sum(out, labels, weights, regression: bool) -> tuple[float, float]:
 # ==============================================================================
 # One fine-tuning run.
 # ==============================================================================
+def finetune_objective(source):
+  """The objective that fine-tunes `source`: its family's classifier
+  (``Objective.finetune_objective``), else BERT's "classify"."""
+  objective, _ = source_objective(source)
+  return objectives.get(objective.finetune_objective or "classify")
+
+
 def encoder_init(source, trainer, fresh_params):
   """Fresh params with the checkpoint's encoder (`bert` subtree) in place:
   the classifier stays at its random init (reported), as in HF."""
   objective, full = source_objective(source)
+  if objective.finetune_params is not None:
+    # A family with its own classifier (ModernBERT): the source loaded in
+    # its own tree, the objective says what the classifier takes over.
+    loaded, report = pretrained.load_params(
+        source, pretrained.load_model_config(source),
+        seed=trainer.config.train.seed)
+    params = objective.finetune_params(loaded,
+                                       dict(jax.device_get(fresh_params)))
+    logging.info("Encoder (%s objective) from %s (%s).", objective.name,
+                 source.path, report)
+    return checkpoint_reading.place_params(
+        params, trainer.abstract_state["params"], source=source.path)
   if objective.encoder_params is not None and full is not None:
     # Another family's tree (ELECTRA, ALBERT, DistilBERT): loaded as its
     # run saved it, the encoder taken out by the objective.
@@ -287,7 +312,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
     evaluator = Evaluator(spec, task_input, config)
     trainer = trainer_lib.Trainer(
         config, workdir, data=task_input,
-        objective=objectives.get("classify"), evaluate=evaluator,
+        objective=finetune_objective(source), evaluate=evaluator,
         init_params=lambda t, fresh: encoder_init(source, t, fresh))
     start = time.time()
     metrics = trainer_lib.run_trainer(trainer, lock)
