@@ -16,13 +16,14 @@ Adding a family (ELECTRA, ALBERT, DistilBERT, ...) is one call::
       tied={...}, heads={...}, architectures=(...), base_prefix="electra."))
 
 Table format: each :class:`Row` is (our dotted path, HF name, Google TF name,
-transpose between ours and HF, transpose between ours and TF, first layer).
-``{i}`` in a row is the encoder layer index, from the row's first layer
-(ModernBERT has no attention norm before block 0); our dense kernels are
-(in, out), HF Linear weights (out, in), Google's TF kernels (in, out) except
-a few. Instead of a transpose flag a row may name a :class:`Layout`: a
-fused kernel stored with its parts on an axis of their own (ModernBERT's
-Wqkv as [in, 3, out]) that HF keeps as one Linear weight [3 out, in].
+transpose between ours and HF, transpose between ours and TF). ``{i}`` in a
+row is the encoder layer index, from 0 or from the row's
+``Family.first_layer`` (ModernBERT has no attention norm before block 0);
+our dense kernels are (in, out), HF Linear weights (out, in), Google's TF
+kernels (in, out) except a few. Instead of a transpose flag a row may name
+a :class:`Layout`: a fused kernel stored with its parts on an axis of their
+own (ModernBERT's Wqkv as [in, 3, out]) that HF keeps as one Linear weight
+[3 out, in].
 """
 
 from __future__ import annotations
@@ -68,7 +69,6 @@ class Row(NamedTuple):
   tf: str  # Google TF checkpoint variable name ("" if none)
   transpose_hf: bool | Layout  # ours.T == hf (or the Layout between them)
   transpose_tf: bool  # ours.T == tf
-  first_layer: int = 0  # "{i}" rows: the layers from this index on
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +109,8 @@ class Family:
   # (model_config, pad_token_id) -> dict, and dict -> our model config.
   config_to_hf: Callable | None = None
   config_from_hf: Callable | None = None
+  # "{i}" rows (our path) that start at a later layer than 0.
+  first_layer: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
   def table(self, num_layers: int) -> list[Row]:
     """The rows with "{i}" expanded for `num_layers` encoder layers."""
@@ -116,7 +118,7 @@ class Family:
     for r in self.rows:
       if "{i}" in r.ours:
         out += [Row(*(f.format(i=i) if isinstance(f, str) else f for f in r))
-                for i in range(r.first_layer, num_layers)]
+                for i in range(self.first_layer.get(r.ours, 0), num_layers)]
       else:
         out.append(r)
     return out

@@ -28,14 +28,14 @@ _FIXED = dict(norm_bias=False, attention_bias=False, mlp_bias=False,
               decoder_bias=True, classifier_bias=False)
 
 
-def _row(ours, hf, how=False, first_layer=0):
-  return mapping.Row(ours, hf, "", how, False, first_layer)
+def _row(ours, hf, how=False):
+  return mapping.Row(ours, hf, "", how, False)
 
 
 _ENCODER = (
     _row("model.embeddings.tok_embeddings", "model.embeddings.tok_embeddings.weight"),
     _row("model.embeddings.norm.scale", "model.embeddings.norm.weight"),
-    _row(_L + "attn_norm.scale", _HL + "attn_norm.weight", first_layer=1),
+    _row(_L + "attn_norm.scale", _HL + "attn_norm.weight"),
     _row(_L + "attn.wqkv", _HL + "attn.Wqkv.weight", _FUSED3),
     _row(_L + "attn.wo.kernel", _HL + "attn.Wo.weight", True),
     _row(_L + "mlp_norm.scale", _HL + "mlp_norm.weight"),
@@ -47,6 +47,8 @@ _HEAD = (
     _row("head.dense.kernel", "head.dense.weight", True),
     _row("head.norm.scale", "head.norm.weight"),
 )
+# Block 0 has no attention norm (HF: nn.Identity).
+_FIRST_LAYER = {_L + "attn_norm.scale": 1}
 _SHAPE_FIELDS = {"tok_embeddings": "vocab_size", "decoder": "vocab_size",
                  "mlp.": "intermediate_size", "classifier": "num_labels"}
 
@@ -181,6 +183,7 @@ MODERNBERT = mapping.register(mapping.Family(
     architectures=(("decoder.", "ModernBertForMaskedLM"),),
     default_architecture="ModernBertModel", base_prefix="model.",
     shape_fields=_SHAPE_FIELDS, export_architecture="ModernBertForMaskedLM",
+    first_layer=_FIRST_LAYER,
     objectives=("modernbert",),
     config_to_hf=config_to_hf, config_from_hf=config_from_hf,
 ))
@@ -202,7 +205,7 @@ MODERNBERT_CLASSIFY = mapping.register(mapping.Family(
     heads={"head": "head", "classifier": "classifier"},
     architectures=(("classifier.", "ModernBertForSequenceClassification"),),
     default_architecture="ModernBertModel", base_prefix="model.",
-    shape_fields=_SHAPE_FIELDS,
+    shape_fields=_SHAPE_FIELDS, first_layer=_FIRST_LAYER,
     export_architecture="ModernBertForSequenceClassification",
     objectives=("modernbert_classify",),
     config_fields=classification_fields,

@@ -128,7 +128,12 @@ def scale_by_stable_adam(b1: float, b2: float, eps: float,
     mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, grads)
     nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu,
                       grads)
-    decays = (mask(params) if callable(mask) else mask) if mask is not None         else jax.tree.map(lambda _: True, grads)
+    if params is None:
+      params = jax.tree.map(jnp.zeros_like, grads)
+    if mask is None:
+      decays = jax.tree.map(lambda _: True, grads)
+    else:
+      decays = mask(params) if callable(mask) else mask
 
     def one(g, m, v, p, decay):
       m_hat, v_hat = m / (1 - b1 ** t), v / (1 - b2 ** t)
@@ -138,8 +143,6 @@ def scale_by_stable_adam(b1: float, b2: float, eps: float,
         u = u + weight_decay * p
       return u / jnp.maximum(1.0, rms)
 
-    if params is None:
-      params = jax.tree.map(jnp.zeros_like, grads)
     updates = jax.tree.map(one, grads, mu, nu, params, decays)
     return updates, StableAdamState(count, mu, nu)
 

@@ -19,6 +19,7 @@ import sys
 
 import numpy as np
 import pytest
+from flax import nnx
 
 from tests import helpers
 from tests.helpers import REPO
@@ -195,3 +196,38 @@ def test_startup_checks_name_the_field(change, message):
     config[group].update(fields)
   with pytest.raises(ValueError, match=message):
     config_checks.validate(config, num_devices=1, check_sources=False)
+
+
+def test_a_phase_model_entry_gets_its_own_graph_over_the_same_state():
+  """Programs.steps_for: the run's own steps for a phase without a "model"
+  entry; for one with (a 10x global RoPE base, a narrower window) a step
+  of its own, cached, whose loss on the same state and batch is the
+  phase model's, not the run's."""
+  from bert_jax.training import phases
+  from bert_jax.training import sharding
+  from bert_jax.training import steps as steps_lib
+  config = family_checks.family_config("modernbert")
+  shape = dict(seq_length=32, max_predictions_per_seq=5, batch_size=16)
+  config.train.phases = (dict(num_steps=6, **shape), dict(
+      num_steps=4, model={"global_rope_theta": 1.6e6, "local_attention": 4},
+      **shape))
+  programs = steps_lib.Programs(config, sharding.make_mesh(config.mesh))
+  first, second = (phases.phase_config(config, p)
+                   for p in phases.resolve(config))
+  assert programs.steps_for(first) == (programs.train_step,
+                                       programs.eval_step)
+  train2, eval2 = programs.steps_for(second)
+  assert train2 is not programs.train_step
+  assert programs.steps_for(second) == (train2, eval2)  # Compiled once.
+  batch = sharding.global_batch(helpers.synthetic_batch(0),
+                                programs.batch_sharding)
+  with programs.context():
+    params = programs.init()["params"]
+    losses = [float(step(programs.init(), batch)[1]["loss"])
+              for step in (programs.train_step, train2)]
+  model2 = steps_lib.abstract_model(second)
+  want = float(steps_lib.batch_loss(
+      params, batch, graphdef=nnx.split(model2, nnx.Param)[0], config=second,
+      objective=programs.objective))
+  assert losses[1] == pytest.approx(want, rel=1e-6)
+  assert abs(losses[0] - losses[1]) > 1e-4, losses
