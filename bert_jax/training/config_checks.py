@@ -151,6 +151,8 @@ def _check_phases(config, num_devices: int, process_count: int) -> None:
   phases = phases_lib.resolve(config)
   if not phases_lib.is_phased(config):
     return
+  # Each phase's own schedule (its warmup / decay within its steps).
+  optim.make_optimizer(config.train, phases)
   for phase in phases:
     pc = phases_lib.phase_config(config, phase)
     try:

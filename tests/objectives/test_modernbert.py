@@ -67,7 +67,9 @@ app.run(main.main)
 
 def _run(workdir, *extra, kill_after=None, driver=None):
   head = [sys.executable, "-m", "bert_jax.main"]
-  env = helpers.child_env(devices=1)
+  # One persistent XLA cache for the three runs: the same steps compile once.
+  env = helpers.child_env(devices=1, JAX_COMPILATION_CACHE_DIR=os.path.join(
+      os.path.dirname(workdir), "xla_cache"))
   if kill_after is not None:
     head = [sys.executable, driver]
     env["KILL_AFTER"] = str(kill_after)
@@ -188,6 +190,12 @@ def test_one_vs_eight_devices_same_losses(tmp_path):
      r"train.phases\[0\].model sets \['hidden_size'\]"),
     (dict(train=dict(schedule="wsd", decay_steps=20)),
      r"train.decay_steps=20 must be in \[0, num_steps - warmup_steps"),
+    (dict(train=dict(schedule="wsd", phases=(
+        {"num_steps": 6, "seq_length": 32, "max_predictions_per_seq": 5,
+         "batch_size": 16},
+        {"num_steps": 4, "seq_length": 32, "max_predictions_per_seq": 5,
+         "batch_size": 16, "decay_steps": 5}))),
+     r"train.decay_steps=5 must be in \[0, num_steps - warmup_steps = 3\]"),
 ])
 def test_startup_checks_name_the_field(change, message):
   from bert_jax.training import config_checks
