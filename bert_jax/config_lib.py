@@ -72,6 +72,17 @@ def model_config(size: str = "base") -> ml_collections.ConfigDict:
       fused_qkv=False,
       # Per-block rematerialization: "none", "full", "dots", "dots_no_batch".
       remat_policy="none",
+      # ModernBERT (objective.name="modernbert"; HF ModernBertConfig names):
+      # the sliding window in tokens (half on each side: a query sees keys
+      # at most local_attention // 2 away), full attention at layers 0, n,
+      # 2n, ... (n = global_attn_every_n_layers), rotary bases of the global
+      # and the sliding-window layers, and a classifier's pooling ("cls" or
+      # "mean" over real tokens).
+      local_attention=128,
+      global_attn_every_n_layers=3,
+      global_rope_theta=160_000.0,
+      local_rope_theta=10_000.0,
+      classifier_pooling="cls",
   ))
 
 
@@ -181,8 +192,16 @@ def train_config() -> ml_collections.ConfigDict:
       adam_b1=0.9,
       adam_b2=0.999,
       adam_eps=1e-6,
-      max_grad_norm=1.0,
-      optimizer="adamw",  # or "lamb"
+      max_grad_norm=1.0,  # Global-norm clipping (not stable_adamw's).
+      # "adamw", "lamb", or "stable_adamw": AdamW with per-tensor update
+      # clipping (Wortsman et al. 2023) instead of global-norm clipping.
+      optimizer="adamw",
+      # Learning-rate shape: "linear" (warmup, then linear decay to 0 at the
+      # end) or "wsd" (warmup, constant, then decay to 0 over the last
+      # decay_steps, linearly or with decay_shape "1-sqrt").
+      schedule="linear",
+      decay_steps=0,
+      decay_shape="linear",
       grad_accum_steps=1,
       log_every=10,
       eval_every=100,
@@ -302,6 +321,31 @@ def complete(partial, size: str = "base") -> ml_collections.ConfigDict:
     config.objective.generator_temperature = objective["temperature"]
     config.objective.temperature = objective_config().temperature
   return config
+
+
+# Model fields a phase of train.phases may change (its "model" entry): they
+# change the function, not the parameters, so the train state carries over
+# (e.g. a context-extension phase with a larger global RoPE base).
+PHASE_MODEL_FIELDS = ("global_rope_theta", "local_rope_theta",
+                      "local_attention", "attention_impl", "remat_policy")
+
+
+def phase_model_overrides(config, step: int | None) -> dict:
+  """The "model" entry of the train.phases phase that ran step index
+  `step` - 1 (the phase a checkpoint at `step` was saved in; None: the
+  last phase). {} for runs without phases or overrides."""
+  train = config.get("train", None) if config is not None else None
+  phases = list((train or {}).get("phases", None) or ())
+  as_dict = lambda x: dict(x.to_dict() if hasattr(x, "to_dict") else x)
+  start = 0
+  for i, spec in enumerate(phases):
+    spec = as_dict(spec)
+    start += int(spec.get("num_steps", 0))
+    if step is None and i < len(phases) - 1:
+      continue
+    if step is None or max(int(step) - 1, 0) < start or i == len(phases) - 1:
+      return as_dict(spec.get("model", None) or {})
+  return {}
 
 
 def complete_model(partial) -> ml_collections.ConfigDict:

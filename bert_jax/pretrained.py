@@ -49,6 +49,7 @@ from bert_jax import config_lib
 from bert_jax.checkpoints import reading as checkpoint_reading
 from bert_jax.hf import checkpoint_io
 from bert_jax.hf import electra
+from bert_jax.hf import importing
 from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
 
@@ -198,7 +199,12 @@ def load_model_config(source: Source | str) -> ml_collections.ConfigDict:
     raise FileNotFoundError(f"No config.json or bert_config.json in "
                             f"{source.path}; it is needed for the model "
                             "config.")
-  return ml_collections.ConfigDict(source.config.model.to_dict())
+  model = ml_collections.ConfigDict(source.config.model.to_dict())
+  # The phase the checkpoint was saved in may have changed the function
+  # (e.g. context extension's RoPE base): that is the trained model.
+  model.update(config_lib.phase_model_overrides(
+      source.config, source.step if source.kind in (WORKDIR, STEP) else None))
+  return model
 
 
 def load_params(source: Source | str, model_config=None, *,
@@ -225,7 +231,7 @@ def load_params(source: Source | str, model_config=None, *,
     checkpoint_io.check_same_architecture(source.config.model, model_config,
                                           source.path)
   if source.kind in (WORKDIR, STEP):
-    report = mapping.ImportReport(
+    report = importing.ImportReport(
         source=source.step_dir, format="bert_jax",
         architecture=f"{source.objective} run")
     if abstract_params is not None:  # Read straight onto the shardings.
@@ -241,7 +247,7 @@ def load_params(source: Source | str, model_config=None, *,
     if config is not None:
       electra.check_same_generator(source.config, config, source.path)
     params = electra.load_pair(source.path, source.config)
-    report = mapping.ImportReport(
+    report = importing.ImportReport(
         source=source.path, format="safetensors",
         architecture="ElectraForPreTraining + ElectraForMaskedLM",
         loaded=sorted(mapping.flatten_params(params)))

@@ -128,12 +128,32 @@ def check_max_length(max_length: int | None, model_config) -> int:
 # -----------------------------------------------------------------------------
 # The forward pass: one jitted function per (model graph, layer, outputs).
 # -----------------------------------------------------------------------------
+def encoder_of(model):
+  """The encoder inside a family's model (BERT's ``bert``, ModernBERT's
+  ``model``), or `model` itself when it is one."""
+  for name in ("bert", "model"):
+    sub = getattr(model, name, None)
+    if isinstance(sub, nnx.Module) and hasattr(sub, "hidden_states"):
+      return sub
+  return model
+
+
+def _positions_and_width(encoder) -> tuple[int, int]:
+  """(max positions, hidden size): ModernBERT has no position table."""
+  if hasattr(encoder, "max_positions"):
+    table = encoder.word_embeddings[...]
+    return int(encoder.max_positions), int(table.shape[1])
+  emb = encoder.embeddings
+  return (int(emb.position_embeddings[...].shape[0]),
+          int(emb.word_embeddings[...].shape[1]))
+
+
 @functools.lru_cache(maxsize=16)
 def _forward(graphdef, num_layers: int, per_token: bool):
 
   def fn(state, ids, mask, seg):
     model = nnx.merge(graphdef, state)
-    encoder = getattr(model, "bert", model)
+    encoder = encoder_of(model)
     h = encoder.hidden_states(ids, mask, seg, num_layers)[num_layers]
     h = h.astype(jnp.float32)
     m = mask.astype(jnp.float32)[..., None]
@@ -168,7 +188,8 @@ def embed(model, tokenizer, sentences: Sequence[str], pooling: str = "cls",
           max_length: int | None = None, per_token: bool = False):
   """Sentence vectors [N, hidden] float32 (and per-token vectors).
 
-  `model`: an nnx BertForPreTraining or BertModel (see mapping.make_model);
+  `model`: an nnx BertForPreTraining or BertModel, a ModernBERT masked LM
+  or ModernBertModel (see mapping.make_model);
   `tokenizer`: an tokenizer_files.LoadedTokenizer or a `tokenizers.Tokenizer`. Texts
   longer than `max_length` (default max_position_embeddings) keep their
   first tokens and the final [SEP]. With `per_token`, returns
@@ -176,13 +197,13 @@ def embed(model, tokenizer, sentences: Sequence[str], pooling: str = "cls",
   """
   if pooling not in POOLINGS:
     raise ValueError(f"--pooling {pooling!r} must be one of {POOLINGS}.")
-  encoder = getattr(model, "bert", model)
+  encoder = encoder_of(model)
   if not hasattr(encoder, "hidden_states"):
-    raise ValueError(f"{type(model).__name__} has no BERT encoder to embed "
-                     "with (a BERT, DistilBERT or fine-tuned BERT model).")
+    raise ValueError(f"{type(model).__name__} has no encoder to embed with "
+                     "(a BERT, DistilBERT, ModernBERT or fine-tuned model).")
   config_layers = len(encoder.layers)
   num_layers = resolve_layer(layer, config_layers)
-  max_pos = int(encoder.embeddings.position_embeddings[...].shape[0])
+  max_pos, hidden = _positions_and_width(encoder)
   max_length = max_pos if max_length is None else int(max_length)
   if not 2 <= max_length <= max_pos:
     raise ValueError(f"max_length={max_length} must be between 2 and the "
@@ -197,7 +218,6 @@ def embed(model, tokenizer, sentences: Sequence[str], pooling: str = "cls",
   lengths = [len(e.ids) for e in encodings]
   graphdef, state = nnx.split(model)
   fn = _forward(graphdef, num_layers, per_token)
-  hidden = int(encoder.embeddings.word_embeddings[...].shape[1])
   pooled = np.zeros((len(sentences), hidden), np.float32)
   tokens: list = [None] * len(sentences)
   for idx, length in batches(lengths, batch_size,

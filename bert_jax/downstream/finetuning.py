@@ -94,6 +94,8 @@ def resolve_config(config, source, spec, num_train: int):
     model[field] = config.model[field]
   model.num_labels = spec.num_labels
   config.model = model
+  # The family's classifier (stored with the run: its export class).
+  config.objective.name = finetune_objective(source).name
   if int(model.type_vocab_size) < 2:  # No segment table (DistilBERT).
     # Pretraining's sentence-pair setting is moot here; its check would
     # refuse the model.
@@ -206,11 +208,31 @@ def _loss_sum(out, labels, weights, regression: bool) -> tuple[float, float]:
 # ==============================================================================
 # One fine-tuning run.
 # ==============================================================================
+def finetune_objective(source):
+  """The objective that fine-tunes `source`: its family's classifier
+  (``Objective.finetune_objective``), else BERT's "classify"."""
+  objective = objectives.get(source.objective)
+  return objectives.get(objective.finetune_objective or "classify")
+
+
 def encoder_init(source, trainer, fresh_params):
   """Fresh params with the checkpoint's encoder (`bert` subtree) in place:
   the classifier stays at its random init (reported), as in HF. The
   source's params are loaded as its run saved them (any family, an exported
-  classifier of another task too) and the objective takes the encoder out."""
+  classifier of another task too) and the objective takes the encoder out;
+  a family with its own classifier (ModernBERT, ``Objective.finetune_params``)
+  says what that classifier takes over."""
+  objective = objectives.get(source.objective)
+  if objective.finetune_params is not None:
+    loaded, report = pretrained.load_params(
+        source, pretrained.load_model_config(source),
+        seed=trainer.config.train.seed)
+    params = objective.finetune_params(loaded,
+                                       dict(jax.device_get(fresh_params)))
+    logging.info("Encoder (%s objective) from %s (%s).", objective.name,
+                 source.path, report)
+    return checkpoint_reading.place_params(
+        params, trainer.abstract_state["params"], source=source.path)
   loaded, report = pretrained.load_params(source,
                                           seed=trainer.config.train.seed)
   params = dict(jax.device_get(fresh_params))
@@ -257,7 +279,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
     evaluator = Evaluator(spec, task_input, config)
     trainer = trainer_lib.Trainer(
         config, workdir, data=task_input,
-        objective=objectives.get("classify"), evaluate=evaluator,
+        objective=finetune_objective(source), evaluate=evaluator,
         init_params=lambda t, fresh: encoder_init(source, t, fresh))
     start = time.time()
     metrics = trainer_lib.run_trainer(trainer, lock)

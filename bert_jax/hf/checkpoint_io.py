@@ -24,6 +24,7 @@ from safetensors.numpy import load_file
 from safetensors.numpy import save_file
 
 from bert_jax import config_lib
+from bert_jax.hf import importing
 from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
 
@@ -41,6 +42,12 @@ ARCH_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
                "layer_norm_eps")
 
 UNTRAINED_HEADS_NOTE = "UNTRAINED_HEADS.md"
+# config.json special-token ids (ModernBertConfig's) -> the
+# tokenizer_config.json entry naming the token: [CLS] opens and [SEP] ends.
+_SPECIAL_ID_TOKENS = (("cls_token_id", "cls_token"),
+                      ("bos_token_id", "cls_token"),
+                      ("sep_token_id", "sep_token"),
+                      ("eos_token_id", "sep_token"))
 
 # Files written by tools/convert_from_hf.py (our own format, no torch needed).
 IMPORTED_PARAMS = "params.safetensors"
@@ -191,7 +198,7 @@ def read_hf_state_dict(path: str) -> tuple[dict[str, np.ndarray], str]:
     import tensorflow as tf  # Lazy: only Google's TF checkpoints need it.
     reader = tf.train.load_checkpoint(prefix)
     names = reader.get_variable_to_shape_map()
-    state = mapping.TF_TRAINING_STATE
+    state = importing.TF_TRAINING_STATE
     sd = {n: reader.get_tensor(n) for n in sorted(names)
           if not state.search(n)}
     sd.update({n: np.zeros(()) for n in names if state.search(n)})
@@ -201,7 +208,7 @@ def read_hf_state_dict(path: str) -> tuple[dict[str, np.ndarray], str]:
 
 
 def load_hf_params(path: str, model_config=None, *, family: str = "bert",
-                   seed: int = 0) -> tuple[dict, mapping.ImportReport]:
+                   seed: int = 0) -> tuple[dict, importing.ImportReport]:
   """Load weights from an HF dir / TF checkpoint as our param tree.
 
   `model_config`: our model config to load into; None derives it from the
@@ -215,7 +222,7 @@ def load_hf_params(path: str, model_config=None, *, family: str = "bert",
                               "pass model_config.")
     model_config = model_config_from_hf_config(hf_cfg)
   sd, fmt = read_hf_state_dict(path)
-  return mapping.from_hf_state_dict(sd, model_config, family=family, seed=seed,
+  return importing.from_hf_state_dict(sd, model_config, family=family, seed=seed,
                                     source=path, fmt=fmt)
 
 
@@ -223,7 +230,7 @@ def load_hf_params(path: str, model_config=None, *, family: str = "bert",
 # Our imported-directory format (tools/convert_from_hf.py)
 # --------------------------------------------------------------------------
 def save_imported(out_dir: str, params, model_config,
-                  report: mapping.ImportReport,
+                  report: importing.ImportReport,
                   data_overrides: Mapping[str, Any] | None = None,
                   objective: Mapping[str, Any] | None = None) -> None:
   """Write our param tree (flat dotted keys) + model config for init_from;
@@ -251,15 +258,15 @@ def read_imported_config(path: str) -> dict:
     return json.load(f)
 
 
-def load_imported(path: str) -> tuple[dict, Any, mapping.ImportReport]:
+def load_imported(path: str) -> tuple[dict, Any, importing.ImportReport]:
   """Read a convert_from_hf.py directory -> (params, model config, report)."""
   flat = load_file(os.path.join(path, IMPORTED_PARAMS))
   cfg = ml_collections.ConfigDict(read_imported_config(path)["model"])
-  report = mapping.ImportReport(source=path, format="bert_jax")
+  report = importing.ImportReport(source=path, format="bert_jax")
   report_path = os.path.join(path, IMPORT_REPORT)
   if os.path.isfile(report_path):
     with open(report_path) as f:
-      report = mapping.ImportReport(**json.load(f))
+      report = importing.ImportReport(**json.load(f))
     report.notes = list(report.notes) + [f"Read from {path}."]
   return mapping.unflatten_params(flat), cfg, report
 
@@ -294,7 +301,8 @@ def save_hf_model(out_dir: str, params, model_config, *,
   """
   fam = mapping.get(family)
   sd = mapping.to_hf_state_dict(params, family=family)
-  word = next(r.hf for r in fam.rows if r.ours.endswith("word_embeddings"))
+  word = next(r.hf for r in fam.rows
+              if r.ours.endswith(("word_embeddings", "tok_embeddings")))
   if int(sd[word].shape[0]) != int(model_config.vocab_size):
     raise ValueError("params do not match model.vocab_size.")
   pad_id, tok = 0, None
@@ -310,8 +318,9 @@ def save_hf_model(out_dir: str, params, model_config, *,
   save_file(sd, os.path.join(out_dir, "model.safetensors"),
             metadata={"format": "pt"})
   written = ["config.json", "model.safetensors"]
+  tok_cfg = {}
   if tok is not None:
-    tokenizer_files.write_hf_tokenizer_files(
+    tok_cfg = tokenizer_files.write_hf_tokenizer_files(
         out_dir, tokenizer, tokenizer=tok,
         model_max_length=int(model_config.max_position_embeddings))
     written += ["tokenizer.json", "tokenizer_config.json",
@@ -334,6 +343,11 @@ def save_hf_model(out_dir: str, params, model_config, *,
     written.append(UNTRAINED_HEADS_NOTE)
   cfg = hf_config_from_model_config(model_config, pad_token_id=pad_id,
                                     family=family, extra=extra)
+  if tokenizer is not None:  # Families whose config names more special ids.
+    for key, token in _SPECIAL_ID_TOKENS:
+      tok_id = tok.token_to_id(tok_cfg.get(token, ""))
+      if key in cfg and tok_id is not None:
+        cfg[key] = int(tok_id)
   with open(os.path.join(out_dir, "config.json"), "w") as f:
     json.dump(cfg, f, indent=2)
   return written

@@ -77,6 +77,13 @@ class Objective:
   # (embeddings, embeddings_project when E != H, layers, pooler if trained).
   # None: params["bert"].
   encoder_params: Callable[..., Any] | None = None
+  # The objective that fine-tunes this family's runs as a sequence
+  # classifier (finetune.py); None: "classify" (BertForSequenceClassification).
+  finetune_objective: str | None = None
+  # With its own classifier: (params of the source in this family's tree,
+  # fresh classifier params) -> the classifier's params (what it takes over
+  # from the source). None: the BertModel hooks above.
+  finetune_params: Callable[..., Any] | None = None
 
 
 # name -> module defining OBJECTIVE; imported on first use.
@@ -86,6 +93,8 @@ _MODULES = {
     "classify": "bert_jax.objectives.classify",
     "electra": "bert_jax.objectives.electra",
     "distil": "bert_jax.objectives.distil",
+    "modernbert": "bert_jax.objectives.modernbert",
+    "modernbert_classify": "bert_jax.objectives.modernbert_classify",
 }
 
 

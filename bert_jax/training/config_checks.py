@@ -21,7 +21,9 @@ from bert_jax.training import phases as phases_lib
 from bert_jax.training import preemption
 from bert_jax.training import sharding
 
-MAX_SEQ_LENGTH = 4096  # The input pipeline's block and position limits.
+# The input pipeline's limit (masking keys hold positions up to 2^13;
+# ModernBERT's context extension reaches 8,192).
+MAX_SEQ_LENGTH = 8192
 
 
 def validate(config: ml_collections.ConfigDict, num_devices: int,
@@ -149,6 +151,8 @@ def _check_phases(config, num_devices: int, process_count: int) -> None:
   phases = phases_lib.resolve(config)
   if not phases_lib.is_phased(config):
     return
+  # Each phase's own schedule (its warmup / decay within its steps).
+  optim.make_optimizer(config.train, phases)
   for phase in phases:
     pc = phases_lib.phase_config(config, phase)
     try:

@@ -1,4 +1,5 @@
-"""Training phases of one run: BERT's 128 -> 512 recipe.
+"""Training phases of one run: BERT's 128 -> 512 recipe, ModernBERT's
+context extension (1,024 -> 8,192 tokens with a larger global RoPE base).
 
 Devlin et al. 2019 trained 90% of the steps at 128 tokens (20 predictions)
 and the rest at 512 (80 predictions); NVIDIA's and google-research's recipes
@@ -11,7 +12,10 @@ changed, `data_iterator`), and each phase's step is compiled before step 1.
 
 `train.phases` lists them explicitly; `train.recipe="bert_two_phase"` builds
 the published split from `train.num_steps`; with neither, the run is one
-phase of the `data` / `train` shapes.
+phase of the `data` / `train` shapes. A phase's optional "model" entry
+overrides fields that change the function but not the parameters
+(``config_lib.PHASE_MODEL_FIELDS``, e.g. ``{"global_rope_theta": 1.6e6}``):
+that phase's step is compiled from its own model graph over the same state.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import math
 import zlib
 
 import ml_collections
+
+from bert_jax import config_lib
 
 # google-research/bert: 90% of steps at 128 tokens (20 predictions), then 512
 # (80 predictions), the same batch. NVIDIA's phase 2 warms up over 12.8% of
@@ -37,7 +43,7 @@ SCHEDULES = ("per_phase", "continuous")
 # tokenizes all of them, minutes for short runs, hours for BERT's 900k steps).
 DATA_POLICIES = ("reshuffle", "continue")
 FIELDS = ("num_steps", "seq_length", "max_predictions_per_seq", "batch_size")
-OPTIONAL_FIELDS = ("learning_rate", "warmup_steps")
+OPTIONAL_FIELDS = ("learning_rate", "warmup_steps", "decay_steps", "model")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,14 +57,19 @@ class Phase:
   batch_size: int
   learning_rate: float
   warmup_steps: int
+  decay_steps: int = 0  # train.schedule "wsd": this phase's decay.
+  # (field, value) pairs of config_lib.PHASE_MODEL_FIELDS overridden.
+  model: tuple = ()
 
   @property
   def end(self) -> int:
     return self.start + self.num_steps
 
   def describe(self) -> str:
+    model = "".join(f", model.{k} {v}" for k, v in self.model)
     return (f"seq_length {self.seq_length}, max_predictions_per_seq "
-            f"{self.max_predictions_per_seq}, batch_size {self.batch_size}")
+            f"{self.max_predictions_per_seq}, batch_size {self.batch_size}"
+            + model)
 
 
 def resolve(config: ml_collections.ConfigDict) -> list[Phase]:
@@ -111,13 +122,22 @@ def resolve(config: ml_collections.ConfigDict) -> list[Phase]:
       if int(spec[field]) <= 0:
         raise ValueError(f"train.phases[{i}].{field}={spec[field]} must be "
                          "positive.")
+    model = _as_dict(spec.get("model") or {})
+    bad = sorted(set(model) - set(config_lib.PHASE_MODEL_FIELDS))
+    if bad:
+      raise ValueError(
+          f"train.phases[{i}].model sets {bad}: a phase may change only "
+          f"{', '.join(config_lib.PHASE_MODEL_FIELDS)} (fields that keep the "
+          "parameters' shapes).")
     out.append(Phase(
         index=i, start=start, num_steps=int(spec["num_steps"]),
         seq_length=int(spec["seq_length"]),
         max_predictions_per_seq=int(spec["max_predictions_per_seq"]),
         batch_size=int(spec["batch_size"]),
         learning_rate=float(spec.get("learning_rate", t.learning_rate)),
-        warmup_steps=int(spec.get("warmup_steps", t.warmup_steps))))
+        warmup_steps=int(spec.get("warmup_steps", t.warmup_steps)),
+        decay_steps=int(spec.get("decay_steps", t.decay_steps)),
+        model=tuple(sorted(model.items()))))
     start += out[-1].num_steps
   if start != t.num_steps:
     raise ValueError(f"train.phases add up to {start} steps but "
@@ -146,6 +166,8 @@ def phase_config(config: ml_collections.ConfigDict,
   out.data.seq_length = phase.seq_length
   out.data.max_predictions_per_seq = phase.max_predictions_per_seq
   out.train.batch_size = phase.batch_size
+  for field, value in phase.model:
+    out.model[field] = type(out.model[field])(value)
   if phase.index and config.train.phase_data == "reshuffle":
     out.train.seed = zlib.crc32(f"{config.train.seed}/phase{phase.index}"
                                 .encode())

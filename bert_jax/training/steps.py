@@ -9,6 +9,7 @@ and the params pytree. The loop that drives them is ``training/trainer.py``.
 from __future__ import annotations
 
 import functools
+import json
 
 import jax
 import jax.numpy as jnp
@@ -225,22 +226,40 @@ class Programs:
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
         abstract_state, self.state_sharding)
     self.batch_sharding = sharding.batch_sharding(mesh)
-    replicated = sharding.replicated(mesh)
     self.init = jax.jit(init, out_shardings=self.state_sharding)
-    self.train_step = jax.jit(
-        functools.partial(train_step, graphdef=self.graphdef, tx=self.tx,
-                          config=config, objective=objective,
+    self.train_step, self.eval_step = self._jit_steps(config, self.graphdef)
+    self._phase_steps = {}  # Model config (JSON) -> (train, eval) steps.
+
+  def _jit_steps(self, config, graphdef):
+    replicated = sharding.replicated(self.mesh)
+    train = jax.jit(
+        functools.partial(train_step, graphdef=graphdef, tx=self.tx,
+                          config=config, objective=self.objective,
                           frozen_graphdef=self.frozen_graphdef),
         in_shardings=(self.state_sharding, self.batch_sharding),
         out_shardings=(self.state_sharding, replicated),
         donate_argnums=(0,))
-    self.eval_step = jax.jit(
-        functools.partial(eval_step, graphdef=self.graphdef, config=config,
-                          objective=objective,
+    evaluate = jax.jit(
+        functools.partial(eval_step, graphdef=graphdef, config=config,
+                          objective=self.objective,
                           frozen_graphdef=self.frozen_graphdef),
         in_shardings=(self.state_sharding["params"], self.batch_sharding,
                       replicated, self.state_sharding.get("frozen")),
         out_shardings=replicated)
+    return train, evaluate
+
+  def steps_for(self, config):
+    """(train_step, eval_step) for a phase's config (`phases.phase_config`):
+    this run's own unless the phase overrides model fields (e.g. a larger
+    RoPE base), which then get their own graph over the same state."""
+    if config.model.to_dict() == self.config.model.to_dict():
+      return self.train_step, self.eval_step
+    key = json.dumps(config.model.to_dict(), sort_keys=True)
+    if key not in self._phase_steps:
+      graphdef = nnx.split(abstract_model(config, self.objective),
+                           nnx.Param)[0]
+      self._phase_steps[key] = self._jit_steps(config, graphdef)
+    return self._phase_steps[key]
 
   def warm_start(self, state):
     """A fresh state through the objective's `warm_start` (e.g. the teacher

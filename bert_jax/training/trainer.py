@@ -101,6 +101,7 @@ class Trainer:
     self.abstract_state = self.programs.abstract_state
     self.checkpointer = checkpointing.Checkpointer(workdir, config.checkpoint)
     self._train_steps = {}  # Global batch shape -> compiled step.
+    self._phase_steps = {}  # Phase index -> (compiled step, batch shape).
     self._compile()
 
   def _context(self):
@@ -121,26 +122,43 @@ class Trainer:
     with self._context():
       later = self.phases[self._phase.index + 1:]
       for phase in [self._phase] + later:
-        spec = p.batch_spec(phase.batch_size, phase.seq_length,
-                            phase.max_predictions_per_seq)
-        step = p.train_step.lower(p.abstract_state, spec).compile()
-        if phase is self._phase:
-          self.train_step, self._config_shape = step, spec["input_ids"].shape
-        else:
-          self._train_steps[spec["input_ids"].shape] = step
+        step = self._compile_phase(phase)
+        if phase is not self._phase:
           _log_memory(f"the train step of phase {phase.index + 1}/"
                       f"{len(self.phases)} ({phase.describe()})", step)
-      if self._evaluate_fn is None:  # Else the caller's evaluate compiles.
-        self.eval_step = p.eval_step.lower(
-            p.abstract_state["params"],
-            p.batch_spec(self._eval_local_batch_size() * jax.process_count()),
-            p.eval_rng(0), p.abstract_state.get("frozen")).compile()
+      self.train_step, self._config_shape = self._phase_steps[
+          self._phase.index]
+      self._compile_eval(self._phase)
     self.compile_seconds = time.time() - start
     if "frozen" in p.abstract_state:
       logging.info("Frozen params (no gradient, no optimizer state): %.1f MB "
                    "per device.", _bytes_per_device(p.abstract_state["frozen"])
                    / 2**20)
     _log_memory(f"train step in {self.compile_seconds:.1f}s", self.train_step)
+
+  def _compile_phase(self, phase):
+    """The train step of `phase` (its shapes and model), compiled once."""
+    if phase.index not in self._phase_steps:
+      p = self.programs
+      spec = p.batch_spec(phase.batch_size, phase.seq_length,
+                          phase.max_predictions_per_seq)
+      train_step, _ = p.steps_for(self._phase_config(phase))
+      self._phase_steps[phase.index] = (
+          train_step.lower(p.abstract_state, spec).compile(),
+          spec["input_ids"].shape)
+    return self._phase_steps[phase.index][0]
+
+  def _compile_eval(self, phase) -> None:
+    """The eval step of `phase`'s model (the caller's evaluate compiles
+    its own)."""
+    if self._evaluate_fn is not None:
+      return
+    p = self.programs
+    _, eval_step = p.steps_for(self._phase_config(phase))
+    self.eval_step = eval_step.lower(
+        p.abstract_state["params"],
+        p.batch_spec(self._eval_local_batch_size() * jax.process_count()),
+        p.eval_rng(0), p.abstract_state.get("frozen")).compile()
 
   def _train_step_for(self, batch):
     """The compiled step for this batch's shape: the config's shape is
@@ -176,7 +194,11 @@ class Trainer:
                "skipped)")
     logging.info("Phase %d/%d from step %d: %s; data: %s.", phase.index + 1,
                  len(self.phases), step, phase.describe(), where)
-    self._phase = phase
+    previous, self._phase = self._phase, phase
+    self.train_step, self._config_shape = self._phase_steps[phase.index]
+    if phase.model != previous.model:
+      with self._context():
+        self._compile_eval(phase)
 
   def _eval_local_batch_size(self) -> int:
     first = self.eval_batches[0] if self.eval_batches else None
@@ -202,6 +224,10 @@ class Trainer:
         self.train_iter = self.data.train_iterator(self._phase_config(phase))
         state = self.checkpointer.restore(step, self.abstract_state,
                                           self.train_iter, self.config)
+        with self._context():
+          self._compile_phase(phase)
+          self._compile_eval(phase)
+        self.train_step, self._config_shape = self._phase_steps[phase.index]
       logging.info("Resumed from checkpoint step %d in %s.", step,
                    self.checkpointer.directory)
       return state

@@ -18,6 +18,7 @@ from bert_jax import config_lib
 from bert_jax import export
 from bert_jax import pretrained
 from bert_jax.hf import checkpoint_io
+from bert_jax.hf import importing
 from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
 from tests import helpers
@@ -148,7 +149,7 @@ def test_shape_mismatch_names_the_field(tmp_path):
                                  tiny_model_config(num_hidden_layers=1))
   with pytest.raises(ValueError, match="model.hidden_size"):
     checkpoint_io.save_imported(str(tmp_path / "i"), random_params(cfg), cfg,
-                     mapping.ImportReport())
+                     importing.ImportReport())
     pretrained.load_params(str(tmp_path / "i"), tiny_model_config(
         hidden_size=128, num_attention_heads=2))
 
