@@ -154,6 +154,10 @@ def resolve(path: str, step: int | None = None) -> Source:
     kind = STEP if os.path.basename(path).isdigit() else WORKDIR
     stored = checkpoint_reading.stored_config(step_dir) or {}
     config = config_lib.complete(stored) if "model" in stored else None
+    if config is not None:
+      # The phase the checkpoint was saved in may have changed the model's
+      # function (context extension's RoPE base): that is the trained model.
+      config.model.update(config_lib.phase_model_overrides(config, chosen))
     return Source(kind, path, chosen, step_dir, workdir, config)
   if step is not None:
     raise ValueError(f"{path} is not a training workdir: --step={step} "
@@ -199,12 +203,7 @@ def load_model_config(source: Source | str) -> ml_collections.ConfigDict:
     raise FileNotFoundError(f"No config.json or bert_config.json in "
                             f"{source.path}; it is needed for the model "
                             "config.")
-  model = ml_collections.ConfigDict(source.config.model.to_dict())
-  # The phase the checkpoint was saved in may have changed the function
-  # (e.g. context extension's RoPE base): that is the trained model.
-  model.update(config_lib.phase_model_overrides(
-      source.config, source.step if source.kind in (WORKDIR, STEP) else None))
-  return model
+  return ml_collections.ConfigDict(source.config.model.to_dict())
 
 
 def load_params(source: Source | str, model_config=None, *,

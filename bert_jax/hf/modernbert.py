@@ -184,7 +184,7 @@ MODERNBERT = mapping.register(mapping.Family(
     default_architecture="ModernBertModel", base_prefix="model.",
     shape_fields=_SHAPE_FIELDS, export_architecture="ModernBertForMaskedLM",
     first_layer=_FIRST_LAYER,
-    objectives=("modernbert",),
+    objectives=("modernbert",), masked_lm=True,
     config_to_hf=config_to_hf, config_from_hf=config_from_hf,
 ))
 

@@ -93,7 +93,7 @@ def test_embeddings_equal_transformers_hidden_states(hf_dir, layer):
   from bert_jax.downstream import embeddings
   loaded = embeddings.load_model(hf_dir["out"])
   model = mapping.make_model(loaded.params, loaded.model_config,
-                             family=mapping.family_of_params(loaded.params))
+                             family=loaded.family)
   sentences = ["the movie was great", "a long night on the river bank ,"
                " we walked along the water and opened our account ."]
   ours = embeddings.embed(model, loaded.tokenizer, sentences, pooling="mean",
