@@ -28,6 +28,7 @@ import numpy as np
 from absl import logging
 
 from bert_jax import pretrained
+from bert_jax.data import checks as data_checks
 from bert_jax.data import features
 from bert_jax.hf import checkpoint_io
 from bert_jax.models import bert as model_lib
@@ -184,6 +185,7 @@ def validate(config) -> None:
   if o.temperature <= 0 or min(o.alpha_ce, o.alpha_mlm, o.alpha_cos) < 0:
     raise ValueError(f"objective.temperature={o.temperature} must be > 0 and "
                      "objective.alpha_ce/alpha_mlm/alpha_cos >= 0.")
+  data_checks.check_pretraining(config)
 
 
 def flops_per_sequence(config) -> float:

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from bert_jax.data import checks as data_checks
 from bert_jax.data import features
 from bert_jax.models import electra as electra_model
 from bert_jax.models import flops as flops_lib
@@ -191,4 +192,5 @@ OBJECTIVE = Objective(
     log_keys=(("loss", "loss"), ("gen_acc", "mlm_accuracy"),
               ("disc_acc", "disc_accuracy"), ("disc_prec", "disc_precision"),
               ("disc_rec", "disc_recall"), ("replaced", "replaced_share")),
+    validate=data_checks.check_pretraining,
     flops=flops_per_sequence, encoder_params=encoder_params)
