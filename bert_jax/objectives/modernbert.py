@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from bert_jax import config_lib
+from bert_jax.data import checks as data_checks
 from bert_jax.data import features
 from bert_jax.models import flops as flops_lib
 from bert_jax.models import modernbert as model_lib
@@ -106,8 +107,10 @@ def metrics(sums, counts_, config) -> dict:
 
 
 def validate(config) -> None:
-  """No sentence-pair head: NSP / SOP batches are refused."""
+  """The pretraining pipeline's checks; no sentence-pair head: NSP / SOP
+  batches are refused."""
   model_lib.validate_model_config(config.model)
+  data_checks.check_pretraining(config)
   if config.data.nsp or config_lib.sentence_objective(
       config.data) != config_lib.PACKED:
     raise ValueError(

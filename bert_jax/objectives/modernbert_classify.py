@@ -21,7 +21,9 @@ def make_model(config, rngs):
 
 
 def validate(config) -> None:
+  """The model's own checks, then a task's (``classify.validate``)."""
   model_lib.validate_model_config(config.model)
+  classify.validate(config)
 
 
 OBJECTIVE = Objective(

@@ -1,7 +1,10 @@
 """Optimizer: AdamW, LAMB or StableAdamW; linear warmup then linear decay
 or warmup-stable-decay; global-norm clipping (not StableAdamW's).
 
-Weight decay skips LayerNorm parameters and biases, as in BERT.
+Weight decay skips LayerNorm parameters and biases, as in BERT. The run's
+schedule is built once (`learning_rate_schedule`) and handed to the optimizer;
+the rate a step logs is read back from the optimizer's own step count
+(`learning_rate`), so the log shows the rate the update applied.
 
 StableAdamW (Wortsman et al. 2023; ModernBERT's optimizer, as optimi's
 ``StableAdamW``) is AdamW whose step size is divided, per tensor, by
@@ -158,8 +161,13 @@ def stable_adamw(learning_rate, b1: float = 0.9, b2: float = 0.98,
 
 
 def make_optimizer(train: ml_collections.ConfigDict,
-                   phases=None) -> optax.GradientTransformation:
-  schedule = learning_rate_schedule(train, phases)
+                   schedule: optax.Schedule | None = None
+                   ) -> optax.GradientTransformation:
+  """Clipping, then AdamW or LAMB stepping by `schedule` (the run's, from
+  `learning_rate_schedule`; None: the single-phase schedule of `train`);
+  StableAdamW clips each tensor's update instead."""
+  if schedule is None:
+    schedule = learning_rate_schedule(train)
   if train.optimizer == "stable_adamw":  # Update clipping, no global clip.
     return stable_adamw(schedule, b1=train.adam_b1, b2=train.adam_b2,
                         eps=train.adam_eps, weight_decay=train.weight_decay,
@@ -176,3 +184,17 @@ def make_optimizer(train: ml_collections.ConfigDict,
     raise ValueError(f"train.optimizer={train.optimizer!r} is not one of "
                      f"{', '.join(repr(o) for o in OPTIMIZERS)}.")
   return optax.chain(optax.clip_by_global_norm(train.max_grad_norm), opt)
+
+
+def learning_rate(schedule: optax.Schedule, opt_state) -> jax.Array:
+  """The rate the next update of `opt_state` applies: `schedule` at the count
+  of the optimizer's own schedule state (optax's ScaleByScheduleState, which
+  both AdamW and LAMB carry), not at the train step, which a dropped
+  non-finite update advances while the optimizer's count stays."""
+  counts = [s.count for s in jax.tree.leaves(
+      opt_state, is_leaf=lambda x: isinstance(x, optax.ScaleByScheduleState))
+            if isinstance(s, optax.ScaleByScheduleState)]
+  if len(counts) != 1:
+    raise ValueError(f"The optimizer state holds {len(counts)} learning-rate "
+                     "schedule states; expected exactly one.")
+  return schedule(counts[0])
