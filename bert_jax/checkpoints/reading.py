@@ -29,9 +29,29 @@ def checkpoint_dir(workdir: str) -> str:
 
 
 def absolute(path: str) -> str:
-  """Absolute local path; URLs (gs://...) unchanged."""
-  path = os.fspath(path)
+  """Absolute local path (``file://`` URLs too); URLs (gs://...) unchanged."""
+  path = local_path(os.fspath(path))
   return path.rstrip("/") if "://" in path else os.path.abspath(path)
+
+
+def local_path(path: str) -> str:
+  """``file:///dir`` (or ``file://localhost/dir``) -> ``/dir``; anything else
+  unchanged.
+
+  TensorFlow reads file:// URLs but Orbax's paths (etils.epath) know only
+  object stores, so a file:// workdir is taken for the local directory it
+  names, once, where a path comes in. ValueError for a file:// URL naming
+  another host (a path there cannot be written from here).
+  """
+  if not path.startswith("file://"):
+    return path
+  host, _, rest = path[len("file://"):].partition("/")
+  if host not in ("", "localhost"):
+    raise ValueError(
+        f"{path} names a path on host {host!r}: a file:// URL is a path on "
+        "this machine (file:///dir); use the directory itself, a shared "
+        "mount or gs://.")
+  return "/" + rest
 
 
 def committed_steps(path: str) -> list[int]:
