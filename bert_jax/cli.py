@@ -44,8 +44,10 @@ flags.DEFINE_string("coordinator_address", None, "host:port of process 0.")
 flags.DEFINE_integer("num_processes", None, "Total number of processes.")
 flags.DEFINE_integer("process_id", None, "Index of this process.")
 flags.DEFINE_bool("take_over_workdir", False,
-                  "Take over a workdir whose lock is held by a run on another "
-                  "host that cannot be checked (use only if that run is dead).")
+                  "Take over a gs:// (object-store) workdir whose lock names "
+                  "a run on another host that cannot be checked (use only if "
+                  "that run is dead). A local or NFS workdir needs none: a "
+                  "dead run's lock is free, a live run's is never taken.")
 flags.DEFINE_bool("verbose", False,
                   "Print full tracebacks instead of one-line errors.")
 flags.mark_flags_as_required(["config", "workdir"])
