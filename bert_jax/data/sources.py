@@ -262,10 +262,11 @@ def check_usable(source: Source, max_line_bytes: Optional[int] = None,
                  min_fraction: float = 0.05) -> None:
   """Raises ValueError when a text source holds (almost) no text.
 
-  Reads the first `sample` non-empty lines of the source's files; fewer than
-  `min_fraction` of them being UTF-8 with a word in it means binary or
-  wrongly encoded input, which would otherwise train on replacement
-  characters without a word. TFDS sources are not checked.
+  Reads the first `sample` non-empty lines of the source's files; a NUL
+  byte in any of them, or fewer than `min_fraction` of them being UTF-8 with
+  a word in it, means binary or wrongly encoded input, which would
+  otherwise train on replacement characters and symbol tables. TFDS
+  sources are not checked.
   """
   if source.kind != TEXT:
     return
@@ -273,7 +274,17 @@ def check_usable(source: Source, max_line_bytes: Optional[int] = None,
   n = good = 0
   for path in files:
     with tf.io.gfile.GFile(path, "rb") as f:
-      for raw in f:
+      for number, raw in enumerate(f, 1):
+        if b"\0" in raw:
+          # Text never holds a NUL byte; programs, images, archives, Parquet
+          # and UTF-16 do, between runs of readable strings that would
+          # otherwise pass for sentences (git and grep decide "binary" so).
+          raise ValueError(
+              f"{field}: {source} yields no usable sentences: {path} is a "
+              f"binary file (NUL bytes in line {number}), not UTF-8 text; "
+              "point it at UTF-8 text files with "
+              "one sentence per line (JSONL or Parquet records: use a "
+              "jsonl: or parquet: source).")
         if not raw.strip():
           continue
         n += 1

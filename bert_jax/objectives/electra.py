@@ -29,6 +29,7 @@ from bert_jax.data import features
 from bert_jax.models import electra as electra_model
 from bert_jax.models import flops as flops_lib
 from bert_jax.objectives import Objective
+from bert_jax.objectives import check_packed_input
 from bert_jax.objectives import safe_div
 
 
@@ -185,10 +186,19 @@ def encoder_params(params, config) -> dict:
   return out
 
 
+def validate(config) -> None:
+  """ELECTRA's own fields, checked before anything is written: the
+  generator's size (objective.generator_hidden_size in (0, 1], heads that
+  divide it) and packed input (no sentence-pair head)."""
+  electra_model.generator_config(config)
+  check_packed_input(config, "ELECTRA")
+
+
 OBJECTIVE = Objective(
     name="electra", make_model=make_model, feature_spec=feature_spec,
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
     log_keys=(("loss", "loss"), ("gen_acc", "mlm_accuracy"),
               ("disc_acc", "disc_accuracy"), ("disc_prec", "disc_precision"),
               ("disc_rec", "disc_recall"), ("replaced", "replaced_share")),
-    flops=flops_per_sequence, encoder_params=encoder_params)
+    flops=flops_per_sequence, validate=validate,
+    encoder_params=encoder_params)
