@@ -74,10 +74,12 @@ def measure(repo: str, model: str, inp: str, out_dir: str,
   argv = ["--model", model, "--input", inp, "--output", out]
   if per_token:
     argv += ["--per_token", tok]
-  env = dict(os.environ, PYTHONPATH=os.path.abspath(repo),
+  repo = os.path.abspath(repo)
+  env = dict(os.environ, PYTHONPATH=repo,
              JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
+  # cwd=repo: `python -c` puts the working directory first on sys.path.
   proc = subprocess.run([sys.executable, "-c", _CHILD, *argv], env=env,
-                        capture_output=True, text=True)
+                        cwd=repo, capture_output=True, text=True)
   lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
   if proc.returncode or not lines:
     raise SystemExit(f"error: embed from {repo} failed: "
@@ -107,6 +109,9 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
   repos = [(r.split("=", 1) if "=" in r else (r, r))
            for r in args.repos.split(",") if r]
+  args.workdir = os.path.abspath(args.workdir)
+  args.model = os.path.abspath(args.model) if os.path.exists(
+      args.model) else args.model
   os.makedirs(args.workdir, exist_ok=True)
   inp = os.path.join(args.workdir, "input.txt")
   size = write_input(inp, args.lines)
