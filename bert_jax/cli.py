@@ -8,6 +8,8 @@ override errors turned into one line, and runs a job so that an error the
 user can fix is one `error: ...` line (the traceback behind --verbose).
 """
 
+import functools
+import importlib.util
 import os
 import re
 import signal
@@ -89,9 +91,33 @@ def initialize_distributed() -> None:
                jax.local_device_count(), jax.device_count())
 
 
-# Libraries whose INFO records are theirs, not the run's (Orbax's per-save
-# lines, JAX's "Unable to initialize backend 'tpu'", TensorFlow's saver).
-_LIBRARIES = ("/orbax/", "/jax/", "/tensorflow/")
+# Libraries whose INFO records are theirs, not the run's: Orbax's per-save
+# lines, JAX's "Unable to initialize backend 'tpu'", TensorFlow's saver.
+# Known by the file that logs (most log through absl's logger): under the
+# directory the package is installed in.
+_LIBRARIES = ("orbax", "jax", "jaxlib", "tensorflow")
+
+
+@functools.lru_cache(maxsize=1)
+def _library_dirs() -> tuple[str, ...]:
+  dirs = []
+  for name in _LIBRARIES:
+    try:
+      spec = importlib.util.find_spec(name)  # Finds; imports nothing.
+    except (ImportError, ValueError):
+      continue
+    for d in (spec.submodule_search_locations or []) if spec else []:
+      dirs.append(os.path.join(os.path.realpath(d), ""))
+  return tuple(dirs)
+
+
+def _from_library(record) -> bool:
+  return _in_library(record.pathname)
+
+
+@functools.lru_cache(maxsize=1024)
+def _in_library(path: str) -> bool:
+  return os.path.realpath(path).startswith(_library_dirs())
 
 
 class _QuietLibraries:
@@ -108,11 +134,11 @@ class _QuietLibraries:
       return True
     if record.name == "asyncio" and "/orbax/" in record.getMessage():
       return False  # "Task exception was never retrieved" of a failed save.
-    if not any(lib in record.pathname for lib in _LIBRARIES):
+    if not _from_library(record):
       return True
     if record.levelno < 30:
       return False
-    if record.exc_info and "/orbax/" in record.pathname:
+    if record.exc_info:
       record.exc_info, record.exc_text = None, None
       record.msg, record.args = _first_line(record.getMessage())[:300], ()
     return True

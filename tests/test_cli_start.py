@@ -96,10 +96,16 @@ def test_verbose_keeps_every_library_line(monkeypatch):
       timeout=120).stdout.split()[-1] for argv in ([], ["--verbose"])]
   assert levels[0] == "3" and levels[1] != "3", levels
 
+  import orbax.checkpoint
+  import tensorflow
+
   from bert_jax import cli
-  record = logging.LogRecord("absl", logging.INFO,
-                             "/x/site-packages/orbax/checkpoint/y.py", 1,
-                             "Restoring checkpoint", (), None)
+  orbax, tf_info, ours = (
+      logging.LogRecord("absl", logging.INFO, path, 1, "message", (), None)
+      for path in (orbax.checkpoint.__file__, tensorflow.__file__,
+                   "/home/me/jax/bert_jax/training/x.py"))
   for verbose in (False, True):
     monkeypatch.setattr(cli, "FLAGS", types.SimpleNamespace(verbose=verbose))
-    assert cli._QuietLibraries().filter(record) is verbose
+    assert cli._QuietLibraries().filter(orbax) is verbose
+    assert cli._QuietLibraries().filter(tf_info) is verbose
+    assert cli._QuietLibraries().filter(ours)  # Ours, wherever it lives.

@@ -270,3 +270,29 @@ def test_prepare_tool_converts_in_parallel_once(corpus, tmp_path):
   assert "1 of 2 file(s) converted" in third.stdout, third.stdout
   assert [os.path.basename(f) for f in sorted(tf.io.gfile.glob(glob))] == [
       "part-0.txt", "part-1.txt"]
+
+
+def test_other_processes_wait_for_process_0(corpus, tmp_path):
+  """Multi-host: process 0 prepares; process 1 (here a thread) waits for its
+  marker and gets the same files, converting nothing itself."""
+  import threading
+
+  from bert_jax.data import prepared_text
+  path = str(corpus["dir"] / "jsonl" / "corpus.jsonl")
+  out = {}
+
+  def other():
+    out["p1"] = prepared_text.prepare("jsonl", path, [path], "text",
+                                      str(tmp_path), process_index=1)
+
+  thread = threading.Thread(target=other)
+  thread.start()
+  thread.join(timeout=3)
+  assert thread.is_alive()  # Waiting: nothing is prepared yet.
+  assert not list(tmp_path.iterdir())
+  p0 = prepared_text.prepare("jsonl", path, [path], "text", str(tmp_path),
+                             process_index=0)
+  thread.join(timeout=30)
+  assert not thread.is_alive()
+  assert out["p1"].glob == p0.glob and out["p1"].converted == 0
+  assert p0.converted == 1 and len(tf.io.gfile.glob(p0.glob)) == 1

@@ -295,7 +295,7 @@ _save, _wait = checkpointing.Checkpointer.save, checkpointing.Checkpointer.wait
 def save(self, step, *args, force=False, **kwargs):
   out = _save(self, step, *args, force=force, **kwargs)
   if force:
-    print("SAVE STARTED", step, flush=True)
+    print(f"SAVE STARTED {step}", flush=True)  # One write: read whole.
     time.sleep(float(os.environ["SLOW_SAVE"]))
   return out
 
@@ -325,11 +325,11 @@ def test_ctrl_c_again_stops_at_once_with_one_line_and_keeps_checkpoints(
   helpers.wait_for_step(proc, workdir, 3)
   proc.send_signal(signal.SIGINT)  # Save this step and exit 0, as documented.
   deadline = time.time() + 300
-  while "SAVE STARTED" not in helpers.run_log(workdir):
+  while not re.search(r"SAVE STARTED \d+\n", helpers.run_log(workdir)):
     assert proc.poll() is None and time.time() < deadline, (
         helpers.run_log(workdir)[-3000:])
     time.sleep(0.05)
-  (saved,) = re.findall(r"SAVE STARTED (\d+)", helpers.run_log(workdir))
+  (saved,) = re.findall(r"SAVE STARTED (\d+)\n", helpers.run_log(workdir))
   for press in range(1, presses):
     proc.send_signal(signal.SIGINT)  # The user does not want to wait.
     if press < presses - 1:
