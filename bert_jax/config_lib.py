@@ -91,9 +91,12 @@ def data_config() -> ml_collections.ConfigDict:
 
   A source is ``[text:]GLOB`` (text files in google-research/bert layout: one
   sentence per line, blank line between documents; any ``tf.io.gfile`` path,
-  e.g. ``gs://bucket/wiki/*.txt``) or ``tfds:NAME[:SPLIT]`` (a prepared TFDS
-  dataset under ``tfds_data_dir``, text in feature ``tfds_text_key``), with
-  an optional mixing weight ``@W``. Several sources are separated by ``;``.
+  e.g. ``gs://bucket/wiki/*.txt``), ``jsonl:GLOB`` or ``parquet:GLOB``
+  (records, one document each, its text in field ``text_field``; prepared
+  once into text files under ``prepared_dir``) or ``tfds:NAME[:SPLIT]`` (a
+  prepared TFDS dataset under ``tfds_data_dir``, text in feature
+  ``tfds_text_key``), with an optional mixing weight ``@W``. Several sources
+  are separated by ``;``.
   """
   return ml_collections.ConfigDict(dict(
       # Training sources, e.g. "gs://b/wiki/*.txt@0.7;tfds:wikipedia/20230601.en:train@0.3".
@@ -110,6 +113,14 @@ def data_config() -> ml_collections.ConfigDict:
       eval_fraction=0.05,
       tfds_data_dir="",  # data_dir for tfds sources ("" = TFDS default).
       tfds_text_key="text",
+      # jsonl: / parquet: sources: the field (column) holding a record's
+      # text, one document per record, split into sentences at newlines and
+      # sentence ends.
+      text_field="text",
+      # Where their text files are prepared (converted once, reused by
+      # reruns and by other runs given the same dir, e.g. gs://b/prepared);
+      # "" = WORKDIR/prepared.
+      prepared_dir="",
       # Tokenizer: "sentencepiece" (a .model file) or "wordpiece" (vocab.txt).
       tokenizer_type="sentencepiece",
       tokenizer_path="",  # Empty: train one on the corpus, cached in workdir.

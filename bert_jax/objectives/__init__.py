@@ -23,6 +23,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from bert_jax import config_lib
 from bert_jax.hf import checkpoint_io
 from bert_jax.hf import mapping
 from bert_jax.models import flops as flops_lib
@@ -126,6 +127,25 @@ def get(name: str) -> Objective:
 
 def for_config(config) -> Objective:
   return get(config.objective.name)
+
+
+def check_packed_input(config, family: str) -> None:
+  """ValueError when a family with no sentence-pair head is given pair
+  batches (data.nsp / data.objective 'nsp' or 'sop'): half of those pairs
+  have a random or swapped second segment, which only corrupts its MLM
+  input, and nothing would learn the pair label."""
+  data = config.data
+  kind = config_lib.sentence_objective(data)
+  if kind == config_lib.PACKED:
+    return
+  field = (f"data.objective={data.objective!r}" if data.objective else
+           f"data.nsp={data.nsp}")
+  second = "random" if kind == config_lib.NSP else "swapped"
+  raise ValueError(
+      f"{field}: {family} trains no sentence-pair head, so {kind.upper()} "
+      f"pairs (half of them with a {second} second segment) would only "
+      "corrupt its input; set data.nsp=False (packed full sentences, as "
+      f"{family} was published).")
 
 
 def safe_div(total, count):

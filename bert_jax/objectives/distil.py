@@ -21,6 +21,8 @@ smoke runs only).
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -35,6 +37,7 @@ from bert_jax.models import bert as model_lib
 from bert_jax.models import flops as flops_lib
 from bert_jax.objectives import Objective
 from bert_jax.objectives import bert
+from bert_jax.objectives import check_packed_input
 from bert_jax.objectives import safe_div
 
 RANDOM_TEACHER = "random"
@@ -179,6 +182,13 @@ def validate(config) -> None:
     raise ValueError("objective.teacher is empty: set it to the teacher BERT "
                      "(a workdir, an imported or a Hugging Face directory) "
                      "or to 'random' for a smoke run.")
+  if (o.teacher != "random" and "://" not in o.teacher and
+      not os.path.exists(o.teacher)):
+    raise ValueError(f"objective.teacher={o.teacher!r} does not exist: set "
+                     "it to the teacher BERT (a workdir, an imported or a "
+                     "Hugging Face directory) or to 'random' for a smoke "
+                     "run.")
+  check_packed_input(config, "DistilBERT")
   if not 1 <= o.student_layers <= config.model.num_hidden_layers:
     raise ValueError(f"objective.student_layers={o.student_layers} must be in "
                      f"[1, model.num_hidden_layers="

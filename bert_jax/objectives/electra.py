@@ -33,6 +33,7 @@ from bert_jax.models import electra as electra_model
 from bert_jax.models import flops as flops_lib
 from bert_jax.objectives import Objective
 from bert_jax.objectives import bert
+from bert_jax.objectives import check_packed_input
 from bert_jax.objectives import safe_div
 
 
@@ -193,11 +194,21 @@ def hf_export(config, params) -> tuple[checkpoint_io.HFModel, ...]:
       hf_electra.network_params(params, net)) for net in hf_electra.NETWORKS)
 
 
+def validate(config) -> None:
+  """The pretraining pipeline's checks, then ELECTRA's own fields, before
+  anything is written: the generator's size (objective.generator_hidden_size
+  in (0, 1], heads that divide it) and packed input (no sentence-pair
+  head)."""
+  data_checks.check_pretraining(config)
+  electra_model.generator_config(config)
+  check_packed_input(config, "ELECTRA")
+
+
 OBJECTIVE = Objective(
     name="electra", make_model=make_model, feature_spec=feature_spec,
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
     log_keys=(("loss", "loss"), ("gen_acc", "mlm_accuracy"),
               ("disc_acc", "disc_accuracy"), ("disc_prec", "disc_precision"),
               ("disc_rec", "disc_recall"), ("replaced", "replaced_share")),
-    validate=data_checks.check_pretraining, hf_export=hf_export,
+    validate=validate, hf_export=hf_export,
     flops=flops_per_sequence, encoder_params=encoder_params)

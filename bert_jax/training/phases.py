@@ -102,7 +102,7 @@ def resolve(config: ml_collections.ConfigDict) -> list[Phase]:
                   batch_size=t.batch_size,
                   warmup_steps=math.ceil(TWO_PHASE_WARMUP * second))]
   elif t.phases:
-    specs = [_as_dict(p) for p in t.phases]
+    specs = _phase_specs(t.phases)
   else:
     specs = [dict(num_steps=t.num_steps, seq_length=d.seq_length,
                   max_predictions_per_seq=d.max_predictions_per_seq,
@@ -119,7 +119,7 @@ def resolve(config: ml_collections.ConfigDict) -> list[Phase]:
           f" (each phase sets {', '.join(FIELDS)}; optional "
           f"{', '.join(OPTIONAL_FIELDS)}).")
     for field in FIELDS:
-      if int(spec[field]) <= 0:
+      if _as_int(spec[field], f"train.phases[{i}].{field}") <= 0:
         raise ValueError(f"train.phases[{i}].{field}={spec[field]} must be "
                          "positive.")
     model = _as_dict(spec.get("model") or {})
@@ -145,8 +145,43 @@ def resolve(config: ml_collections.ConfigDict) -> list[Phase]:
   return out
 
 
+# The form train.phases takes, quoted by every error about its shape.
+_PHASES_FORM = ("a tuple of dicts, one per phase, e.g. --config.train.phases="
+                "\"({'num_steps': 900, 'seq_length': 128, "
+                "'max_predictions_per_seq': 20, 'batch_size': 256}, "
+                "{'num_steps': 100, 'seq_length': 512, "
+                "'max_predictions_per_seq': 80, 'batch_size': 256})\"")
+
+
+def _phase_specs(phases) -> list[dict]:
+  """train.phases as a list of dicts; ValueError naming the field and the
+  expected form when it is something else (a number, a bare dict, ...)."""
+  if _is_mapping(phases) or not isinstance(phases, (list, tuple)) or not any(
+      _is_mapping(p) for p in phases):
+    hint = (" (one phase still goes in a tuple: add a trailing comma, "
+            "\"({...},)\")" if _is_mapping(phases) else "")
+    raise ValueError(f"train.phases={phases!r} must be {_PHASES_FORM}"
+                     f"{hint}.")
+  for i, spec in enumerate(phases):
+    if not _is_mapping(spec):
+      raise ValueError(f"train.phases[{i}]={spec!r} is not a dict: "
+                       f"train.phases must be {_PHASES_FORM}.")
+  return [_as_dict(p) for p in phases]
+
+
 def _as_dict(spec) -> dict:
   return dict(spec.to_dict() if hasattr(spec, "to_dict") else spec)
+
+
+def _is_mapping(x) -> bool:
+  return isinstance(x, (dict, ml_collections.ConfigDict))
+
+
+def _as_int(value, field: str) -> int:
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+      isinstance(value, float) and not value.is_integer()):
+    raise ValueError(f"{field}={value!r} must be a whole number.")
+  return int(value)
 
 
 def at_step(phases: list[Phase], step: int) -> Phase:
