@@ -25,6 +25,7 @@ from bert_jax.models import flops as flops_lib
 from bert_jax.models import modernbert as model_lib
 from bert_jax.objectives import Objective
 from bert_jax.objectives import bert
+from bert_jax.objectives import check_packed_input
 from bert_jax.objectives import safe_div
 
 # Hugging Face ModernBertConfig's sizes (answerdotai/ModernBERT-base, -large).
@@ -111,13 +112,7 @@ def validate(config) -> None:
   batches are refused."""
   model_lib.validate_model_config(config.model)
   data_checks.check_pretraining(config)
-  if config.data.nsp or config_lib.sentence_objective(
-      config.data) != config_lib.PACKED:
-    raise ValueError(
-        f"data.nsp={config.data.nsp} / data.objective="
-        f"{config.data.objective!r} with objective.name='modernbert': "
-        "ModernBERT trains masked LM alone; set data.nsp=False "
-        "(data.objective='packed').")
+  check_packed_input(config, "ModernBERT")
 
 
 def finetune_params(pretrained, fresh) -> dict:

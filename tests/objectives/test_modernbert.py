@@ -179,7 +179,7 @@ def test_one_vs_eight_devices_same_losses(tmp_path):
 
 @pytest.mark.parametrize("change, message", [
     (dict(data=dict(nsp=True, objective="nsp")),
-     "ModernBERT trains masked LM alone; set data.nsp=False"),
+     "ModernBERT trains no sentence-pair head.*set data.nsp=False"),
     (dict(model=dict(local_attention=7)),
      "model.local_attention=7 must be an even window"),
     (dict(model=dict(num_attention_heads=3)),
