@@ -51,6 +51,7 @@ from bert_jax.hf import checkpoint_io
 from bert_jax.hf import electra
 from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
+from bert_jax.hf import vocab
 
 WORKDIR, STEP, IMPORTED, HF, TF = "workdir", "step", "imported", "hf", "tf"
 ELECTRA = "electra"
@@ -212,13 +213,31 @@ def load_params(source: Source | str, model_config=None, *,
   `seed`. A caller whose model has other heads (fine-tuning) takes the
   subtrees it wants. With `abstract_params` (ShapeDtypeStructs with
   shardings) the result is global arrays on those shardings and must match
-  their tree. Architecture fields must equal `model_config`'s (ValueError
+  their tree. A source with fewer vocabulary rows than `model_config` (an
+  export trimmed to its tokenizer) is padded to it (``hf.vocab.pad``). Architecture fields must equal `model_config`'s (ValueError
   naming the field); `config` (the current run config) only improves the
   message when a checkpoint does not fit.
   """
   source = _as_source(source)
   if model_config is None:
     model_config = load_model_config(source)
+  rows = int(model_config.vocab_size)
+  if source.config is not None and int(source.config.model.vocab_size) < rows:
+    # A table trimmed to its tokenizer (an export) into a padded config: the
+    # source's rows, then rows that are no token (hf.vocab.pad).
+    model_config = ml_collections.ConfigDict(model_config.to_dict())
+    model_config.vocab_size = int(source.config.model.vocab_size)
+    params, report = load_params(source, model_config, seed=seed,
+                                 config=config)
+    params = vocab.pad(params, rows, seed=seed, initializer_range=float(
+        model_config.initializer_range))
+    report.notes.append(
+        f"Vocabulary padded from {model_config.vocab_size} to {rows} rows "
+        "(the rows past the source's tokenizer are no token).")
+    if abstract_params is not None:
+      params = checkpoint_reading.place_params(params, abstract_params,
+                                               source=source.path)
+    return params, report
   if source.config is not None and not (
       source.kind in (WORKDIR, STEP) and abstract_params is not None):
     # (Restoring onto shardings compares the stored config with `config`.)

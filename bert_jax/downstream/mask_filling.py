@@ -57,9 +57,9 @@ class FillMask:
 
     # The embedding table may be padded past the tokenizer's pieces (a
     # vocab_size rounded up, or a small corpus's SentencePiece model): those
-    # rows are no token and are never returned. Probabilities stay a softmax
-    # over the whole table, as Hugging Face's fill-mask pipeline computes
-    # them, so scores agree with it.
+    # rows are no token. They are left out of the softmax, as an export
+    # leaves them out of the model (hf.vocab), so a workdir and its export
+    # give the same scores here and in Hugging Face's fill-mask pipeline.
     self.vocab_size = min(int(model_config.vocab_size),
                           int(tokenizer.tokenizer.get_vocab_size()))
     self.max_positions = int(model_config.max_position_embeddings)
@@ -69,9 +69,8 @@ class FillMask:
     def logits_fn(state, ids, mask, seg):
       model = nnx.merge(graphdef, state)
       out = model(ids, mask, seg, deterministic=True)
-      logits = out["mlm_logits"].astype(jax.numpy.float32)
-      real = jax.numpy.arange(logits.shape[-1]) < n
-      return jax.numpy.where(real, jax.nn.softmax(logits, axis=-1), 0.0)
+      logits = out["mlm_logits"].astype(jax.numpy.float32)[..., :n]
+      return jax.nn.softmax(logits, axis=-1)
 
     self._probs = logits_fn
     self.tokenizer = tokenizer

@@ -20,12 +20,13 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from safetensors import safe_open
+from safetensors import numpy as safetensors_numpy
 from safetensors.numpy import load_file
-from safetensors.numpy import save_file
 
 from bert_jax import config_lib
 from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
+from bert_jax.hf import vocab
 
 # HF BertConfig fields that our model config shares, by the same name.
 MODEL_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
@@ -219,6 +220,14 @@ def load_hf_params(path: str, model_config=None, *, family: str = "bert",
                                     source=path, fmt=fmt)
 
 
+def write_safetensors(path: str, tensors, metadata) -> None:
+  """A safetensors file created like every other file we write (mode 0666
+  less the umask: 0644 by default). safetensors' own save_file creates it
+  0600, so nobody else on the machine could load an export."""
+  with open(path, "wb") as f:
+    f.write(safetensors_numpy.save(tensors, metadata=metadata))
+
+
 # --------------------------------------------------------------------------
 # Our imported-directory format (tools/convert_from_hf.py)
 # --------------------------------------------------------------------------
@@ -231,8 +240,8 @@ def save_imported(out_dir: str, params, model_config,
   these are; directories without one hold BERT's)."""
   os.makedirs(out_dir, exist_ok=True)
   flat = {k: mapping.f32(v) for k, v in mapping.flatten_params(params).items()}
-  save_file(flat, os.path.join(out_dir, IMPORTED_PARAMS),
-            metadata={"format": "bert_jax"})
+  write_safetensors(os.path.join(out_dir, IMPORTED_PARAMS), flat,
+                    {"format": "bert_jax"})
   stored = {"model": dict(model_config.to_dict()),
             "data": dict(data_overrides or {})}
   if objective is not None:
@@ -288,15 +297,17 @@ def save_hf_model(out_dir: str, params, model_config, *,
   config.json (the family's config conversion, plus its own fields, e.g.
   id2label from `label_names` for classification) + model.safetensors
   (float32, tied weights written explicitly) + tokenizer files, the pad id
-  read from the tokenizer. `untrained_heads` (HF prefixes) are flagged: a
-  warning, a note file, and a key in config.json. The checks (params vs
-  model.vocab_size, tokenizer vs vocab_size) run before anything is written.
+  read from the tokenizer. With a tokenizer smaller than the table, the
+  rows past it (padding, no token) are left out and config.json's
+  vocab_size is the tokenizer's (``hf.vocab``). `untrained_heads` (HF
+  prefixes) are flagged: a warning, a note file, and a key in config.json.
+  The checks (params vs model.vocab_size, tokenizer vs vocab_size) run
+  before anything is written.
   """
   fam = mapping.get(family)
-  sd = mapping.to_hf_state_dict(params, family=family)
-  word = next(r.hf for r in fam.rows if r.ours.endswith("word_embeddings"))
-  if int(sd[word].shape[0]) != int(model_config.vocab_size):
-    raise ValueError("params do not match model.vocab_size.")
+  if vocab.rows(params) != int(model_config.vocab_size):
+    raise ValueError(f"The params have {vocab.rows(params)} vocabulary rows "
+                     f"but model.vocab_size={model_config.vocab_size}.")
   pad_id, tok = 0, None
   if tokenizer is not None:
     tok = tokenizer_files.build_hf_tokenizer(tokenizer)
@@ -304,11 +315,20 @@ def save_hf_model(out_dir: str, params, model_config, *,
     if n_tok > int(model_config.vocab_size):
       raise ValueError(f"The tokenizer has {n_tok} tokens but "
                        f"model.vocab_size={model_config.vocab_size}.")
+    if n_tok < int(model_config.vocab_size):  # Padded rows: no token.
+      logging.info("Vocabulary: the tokenizer has %d tokens; the %d rows of "
+                   "the table past them are left out (config.json "
+                   "vocab_size=%d).", n_tok,
+                   int(model_config.vocab_size) - n_tok, n_tok)
+      params = vocab.trim(params, n_tok)
+      model_config = ml_collections.ConfigDict(model_config.to_dict())
+      model_config.vocab_size = n_tok
     pad = tok.token_to_id(tokenizer_files.SPECIAL_TOKENS["pad_token"])
     pad_id = 0 if pad is None else pad
+  sd = mapping.to_hf_state_dict(params, family=family)
   os.makedirs(out_dir, exist_ok=True)
-  save_file(sd, os.path.join(out_dir, "model.safetensors"),
-            metadata={"format": "pt"})
+  write_safetensors(os.path.join(out_dir, "model.safetensors"), sd,
+                    {"format": "pt"})
   written = ["config.json", "model.safetensors"]
   if tok is not None:
     tokenizer_files.write_hf_tokenizer_files(
