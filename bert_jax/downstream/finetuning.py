@@ -94,6 +94,10 @@ def resolve_config(config, source, spec, num_train: int):
     model[field] = config.model[field]
   model.num_labels = spec.num_labels
   config.model = model
+  # Whose encoder this is: the head's activation came with it
+  # (model.pooler_act), and the export class follows it.
+  config.objective.encoder = (objectives.encoder_name(source.config)
+                              if source.config is not None else "bert")
   if int(model.type_vocab_size) < 2:  # No segment table (DistilBERT).
     # Pretraining's sentence-pair setting is moot here; its check would
     # refuse the model.

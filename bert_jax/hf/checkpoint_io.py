@@ -85,8 +85,11 @@ def hf_config_from_model_config(model_config, *, pad_token_id: int = 0,
 
 
 def model_config_from_hf_config(hf_config: Mapping[str, Any]):
-  """An HF config dict (or Google bert_config.json) -> our model config."""
-  fam = mapping.by_model_type(hf_config.get("model_type", "bert"))
+  """An HF config dict (or Google bert_config.json) -> our model config
+  (the conversion of the family its class and model_type name)."""
+  fam = mapping.for_hf_config(hf_config)
+  if hf_config.get("model_type", "bert") != fam.model_type:
+    fam = mapping.by_model_type(hf_config["model_type"])
   if fam.config_from_hf is not None:
     return fam.config_from_hf(hf_config)
   cfg = config_lib.model_config("base")

@@ -126,11 +126,15 @@ SHAPE_FIELDS = {"word_embeddings": "vocab_size", "mlm_head.bias": "vocab_size",
 # on which modules some caller happened to import before.
 TABLE_MODULES = {
     "bert": "bert_jax.hf.bert",
-    "bert_classify": "bert_jax.hf.bert",
     "albert": "bert_jax.hf.families",
     "distilbert": "bert_jax.hf.families",
     "electra_discriminator": "bert_jax.hf.electra",
     "electra_generator": "bert_jax.hf.electra",
+    # Fine-tuned classifiers, one per encoder family.
+    "bert_classify": "bert_jax.hf.classify",
+    "albert_classify": "bert_jax.hf.classify",
+    "electra_classify": "bert_jax.hf.classify",
+    "distilbert_classify": "bert_jax.hf.classify",
 }
 _LOADED: dict[str, Family] = {}
 

@@ -155,6 +155,15 @@ def masked_lm(config, params) -> checkpoint_io.HFModel:
       f"{', '.join(m.family for m in models)}): nothing to fill masks with.")
 
 
+def encoder_name(config) -> str:
+  """The pretraining objective whose encoder a run's params hold: its own,
+  or for a fine-tuned classifier the one it was fine-tuned from
+  (``objective.encoder``, which picks its head and Hugging Face class)."""
+  if config.objective.name == "classify":
+    return config.objective.encoder
+  return config.objective.name
+
+
 def encoder_config(config):
   """The BertModel config fine-tuning wraps (``Objective.encoder_config``,
   default config.model)."""

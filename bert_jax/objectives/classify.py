@@ -3,6 +3,9 @@
 Rows with ``example_weights`` 0 pad the last eval batch of a bucket; they
 carry no loss and no metric weight, so nothing is dropped or double-counted.
 ``model.num_labels`` = 1 selects regression (STS-B), as in Hugging Face.
+The head is the pooler on [CLS] (``model.pooler_act``: the activation of the
+encoder family's own Hugging Face head) and a linear layer; the export is
+that family's sequence-classification class (``hf.classify``).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from bert_jax.data import features
+from bert_jax.hf import checkpoint_io
+from bert_jax.hf import classify as hf_classify
 from bert_jax.models import bert as model_lib
 from bert_jax.objectives import Objective
 from bert_jax.objectives import safe_div
@@ -67,7 +72,14 @@ def metrics(sums, counts_, config) -> dict:
   return out
 
 
+def hf_export(config, params) -> tuple[checkpoint_io.HFModel, ...]:
+  """The classifier as the sequence-classification class of the family it
+  was fine-tuned from (``objective.encoder``; ``hf.classify``)."""
+  family = hf_classify.for_encoder(config.objective.encoder)
+  return (checkpoint_io.HFModel("", family.name, config.model, params),)
+
+
 OBJECTIVE = Objective(
     name="classify", make_model=make_model, feature_spec=feature_spec,
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
-    log_keys=(("loss", "loss"),))
+    log_keys=(("loss", "loss"),), hf_export=hf_export)

@@ -198,6 +198,15 @@ def flops_per_sequence(config) -> float:
   return student + flops_lib.forward_flops(teacher)
 
 
+def encoder_config(config):
+  """The student as fine-tuning's BertModel, its pooler the dense + ReLU of
+  Hugging Face's DistilBertForSequenceClassification (pre_classifier), so
+  a fine-tuned student exports to that class exactly."""
+  model = student_config(config)
+  model.pooler_act = "relu"
+  return model
+
+
 def encoder_params(params, config) -> dict:
   """The student's encoder for fine-tuning (no pooler: a fresh one)."""
   del config
@@ -216,4 +225,4 @@ OBJECTIVE = Objective(
               ("ce", "distill_ce"), ("kl", "teacher_kl"), ("cos", "cos_loss")),
     make_frozen=make_teacher, warm_start=warm_start, hf_export=hf_export,
     flops=flops_per_sequence, validate=validate,
-    encoder_config=student_config, encoder_params=encoder_params)
+    encoder_config=encoder_config, encoder_params=encoder_params)
