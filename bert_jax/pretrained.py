@@ -129,6 +129,19 @@ def _hf_run_config(path: str, hf_config, fam: mapping.Family) -> Any:
   return _run_config(fam.objectives[0], model_config, fields)
 
 
+def _check_model_type(path: str, hf_config) -> None:
+  """ValueError naming what a Hugging Face directory of another kind of
+  model (GPT-2, T5, ...) is, before anything looks for BERT's files."""
+  model_type = (hf_config or {}).get("model_type", "bert")
+  known = sorted({f.model_type for f in mapping.families().values()})
+  if model_type not in known:
+    arch = ", ".join((hf_config or {}).get("architectures") or ()) or "?"
+    raise ValueError(
+        f"{path} is a Hugging Face {model_type!r} model ({arch}), not an "
+        f"encoder bert_jax reads (model_type {', '.join(map(repr, known))}: "
+        "BERT, ALBERT, DistilBERT, ELECTRA).")
+
+
 def resolve(path: str, step: int | None = None) -> Source:
   """Decides what `path` is, and its provenance; FileNotFoundError naming
   it when it is nothing.
@@ -166,6 +179,7 @@ def resolve(path: str, step: int | None = None) -> Source:
                   config=_run_config("electra", *electra.read_pair_config(
                       path)))
   hf_config = checkpoint_io.read_hf_config(path)
+  _check_model_type(path, hf_config)
   fam = mapping.for_hf_config(hf_config)
   kind = None
   if path.endswith((".safetensors", ".bin")) and os.path.isfile(path) or (
@@ -319,17 +333,26 @@ def _join(workdir: str, path: str) -> str:
   return os.path.join(workdir, path)
 
 
+def recorded_tokenizer(workdir: str) -> tokenizer_files.TokenizerSpec | None:
+  """The tokenizer a run in `workdir` recorded (:func:`record_tokenizer`),
+  or None when it recorded none (not started yet, or older than records)."""
+  text = read_text(os.path.join(workdir, TOKENIZER_RECORD))
+  if text is None:
+    return None
+  rec = json.loads(text)
+  return tokenizer_files.TokenizerSpec(
+      rec["kind"], _join(workdir, rec["path"]), bool(rec["lower_case"]))
+
+
 def tokenizer_spec(source: Source | str) -> tokenizer_files.TokenizerSpec:
   """The tokenizer the source's params were trained with (file + settings)."""
   source = _as_source(source)
   spec = tokenizer_files.TokenizerSpec
   if source.kind in (WORKDIR, STEP):
-    text = read_text(os.path.join(source.workdir, TOKENIZER_RECORD))
-    if text is None:
+    recorded = recorded_tokenizer(source.workdir)
+    if recorded is None:
       return _search_old_workdir(source.workdir, source.config)
-    rec = json.loads(text)
-    return spec(rec["kind"], _join(source.workdir, rec["path"]),
-                bool(rec["lower_case"]))
+    return recorded
   directory = _tokenizer_dir(source)
   lower = True
   cfg_path = os.path.join(directory, "tokenizer_config.json")

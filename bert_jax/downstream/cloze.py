@@ -25,6 +25,7 @@ import numpy as np
 from flax import nnx
 
 from bert_jax.downstream import embeddings
+from bert_jax.downstream import mask_filling
 from bert_jax.hf import mapping
 
 MASK = "[MASK]"
@@ -121,12 +122,8 @@ class ZeroShotClassifier:
                max_length: int | None = None, source: str = "--model"):
 
     check_template(template)
-    if "mlm_head" in loaded.untrained_heads:
-      raise ValueError(
-          f"{source} has no masked-LM head (a BertModel checkpoint, e.g. "
-          "sentence-transformers'); zero-shot cloze needs one trained with "
-          "MLM (a pretraining workdir or a BertForMaskedLM/ForPreTraining "
-          "directory).")
+    if mask_filling.MLM_HEAD in loaded.untrained_heads:
+      raise ValueError(mask_filling.no_masked_lm_head(source))
     self.template = template
     self.verbalizer = parse_verbalizer(verbalizer)
     self.labels = list(self.verbalizer)

@@ -118,12 +118,16 @@ def model_config_from_hf_config(hf_config: Mapping[str, Any]):
   return cfg
 
 
-def check_same_architecture(src, dst, path: str) -> None:
-  """ValueError naming the first ARCH_FIELDS entry where src and dst differ."""
+def check_same_architecture(src, dst, path: str,
+                            field: str = "train.init_from",
+                            note: str = "") -> None:
+  """ValueError naming the first ARCH_FIELDS entry where src (the model at
+  `path`, given as config `field`) and dst differ; `note` says what the
+  config's model is, when that is not obvious."""
   for f in ARCH_FIELDS:
     if src[f] != dst[f]:
-      raise ValueError(f"train.init_from={path} has model.{f}={src[f]}, but "
-                       f"the config has model.{f}={dst[f]}; set "
+      raise ValueError(f"{field}={path} has model.{f}={src[f]}, but the "
+                       f"config has model.{f}={dst[f]}{note}; set "
                        f"--config.model.{f}={src[f]}.")
 
 

@@ -197,7 +197,7 @@ def by_model_type(model_type: str) -> Family:
     if fam.model_type == model_type:
       return fam
   raise ValueError(f"config.json model_type={model_type!r}: only "
-                   f"{sorted(f.model_type for f in families().values())} "
+                   f"{sorted({f.model_type for f in families().values()})} "
                    "checkpoints can be imported.")
 
 

@@ -55,6 +55,10 @@ class Objective:
   # nested dicts of host arrays (e.g. load the teacher, copy its layers into
   # the student). Not called on resume: the checkpoint holds both.
   warm_start: Callable[..., Any] | None = None
+  # Optional paths a new run's params come from besides train.init_from
+  # (a distillation teacher): (config) -> {config field: path}. The run
+  # takes their tokenizer (training/start_from.py), checked at startup.
+  param_sources: Callable[..., dict] | None = None
   # Optional Hugging Face export of the trained params: (config, params) ->
   # one or more checkpoint_io.HFModel (subdirectory, hf.mapping family,
   # model config, params), each written as one HF directory. None: one

@@ -30,6 +30,7 @@ from absl import logging
 from bert_jax import objectives
 from bert_jax import pretrained
 from bert_jax.data import features
+from bert_jax.hf import checkpoint_io
 from bert_jax.models import bert as model_lib
 from bert_jax.models import flops as flops_lib
 from bert_jax.objectives import Objective
@@ -185,6 +186,30 @@ def validate(config) -> None:
   if o.temperature <= 0 or min(o.alpha_ce, o.alpha_mlm, o.alpha_cos) < 0:
     raise ValueError(f"objective.temperature={o.temperature} must be > 0 and "
                      "objective.alpha_ce/alpha_mlm/alpha_cos >= 0.")
+  check_teacher(config)
+
+
+def check_teacher(config) -> None:
+  """The teacher is a BERT of config.model's architecture, checked when the
+  config is (before anything is written; warm_start loads it only after the
+  data and the compile). Errors name objective.teacher."""
+  teacher = config.objective.teacher
+  if teacher in ("", RANDOM_TEACHER):
+    return
+  try:
+    source = pretrained.resolve(teacher)
+  except (ValueError, FileNotFoundError) as e:
+    raise type(e)(f"objective.teacher: {e}") from None
+  if source.objective != "bert":
+    raise ValueError(
+        f"objective.teacher={teacher} holds the model of a "
+        f"{source.objective!r} run ({source.kind}), not a BERT: the "
+        "teacher must be a BERT (a BERT pretraining workdir, or a "
+        "BertForPreTraining / BertForMaskedLM directory).")
+  if source.config is not None:
+    checkpoint_io.check_same_architecture(
+        source.config.model, config.model, teacher, field="objective.teacher",
+        note=" (the teacher's architecture, which the student's derives from)")
 
 
 def flops_per_sequence(config) -> float:
@@ -218,11 +243,20 @@ def hf_export(config, params):
   return (objectives.hf_model(config, params, student_config(config)),)
 
 
+def param_sources(config) -> dict:
+  """The teacher: the student starts from its params, so the run takes its
+  tokenizer (training/start_from.py)."""
+  teacher = config.objective.teacher
+  return {} if teacher in ("", RANDOM_TEACHER) else {
+      "objective.teacher": teacher}
+
+
 OBJECTIVE = Objective(
     name="distil", make_model=make_model, feature_spec=feature_spec,
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
     log_keys=(("loss", "loss"), ("mlm_acc", "mlm_accuracy"),
               ("ce", "distill_ce"), ("kl", "teacher_kl"), ("cos", "cos_loss")),
-    make_frozen=make_teacher, warm_start=warm_start, hf_export=hf_export,
+    make_frozen=make_teacher, warm_start=warm_start,
+    param_sources=param_sources, hf_export=hf_export,
     flops=flops_per_sequence, validate=validate,
     encoder_config=encoder_config, encoder_params=encoder_params)

@@ -23,6 +23,7 @@ from bert_jax.training import phases as phases_lib
 from bert_jax.training import preemption
 from bert_jax.training import pretraining_input as pretraining_data
 from bert_jax.training import sharding
+from bert_jax.training import start_from
 from bert_jax.training import steps as steps_lib
 from bert_jax.training import utilization
 
@@ -366,5 +367,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   workdir (`workdir_lock`: a second run on it is refused before it writes).
   """
   config_checks.validate(config, jax.device_count(), jax.process_count())
+  config = start_from.resolve(config, workdir)  # The tokenizer of init_from.
   with workdir_lock.hold(workdir, take_over=take_over_workdir) as lock:
     return run_trainer(Trainer(config, workdir), lock)
