@@ -313,12 +313,15 @@ def read_user_task(train_path: str, validation_path: str, text_field: str,
                    label_field: str, text_pair_field: str = "", *,
                    regression: bool = False, label_order: str = "sorted",
                    label_dir: str = "", name: str = "user",
-                   fmt: str = "") -> tuple[TaskSpec, dict[str, Rows]]:
+                   fmt: str = "", write_label_map: bool = True
+                   ) -> tuple[TaskSpec, dict[str, Rows]]:
   """The user's task: (spec, {"train": rows, "validation": rows}).
 
   The label mapping comes from ``label_dir/label_map.json`` when it exists
   (resumed or evaluated runs), else from the train file, and is then written
-  there (when ``label_dir`` is set). Either path may be "" (not read).
+  there (when ``label_dir`` is set and `write_label_map`; a caller with
+  checks of its own writes it after them, :func:`save_label_map`). Either
+  path may be "" (not read).
   """
   names = (load_label_map(label_dir) if label_dir else None) or []
   if regression and names:
@@ -339,7 +342,7 @@ def read_user_task(train_path: str, validation_path: str, text_field: str,
                                       label_field, label_names=names, **kw)
   if not regression and not names:
     raise ValueError(f"Task file {train_path!r} holds no usable labelled row.")
-  if label_dir and not regression:
+  if label_dir and not regression and write_label_map:
     save_label_map(label_dir, names)
   spec = TaskSpec(name, (text_field, text_pair_field) if text_pair_field
                   else (text_field,), label_field, tuple(names),
@@ -351,7 +354,8 @@ def load_task(task: str, *, tfds_data_dir: str = "", train_path: str = "",
               validation_path: str = "", text_field: str = "",
               text_pair_field: str = "", label_field: str = "label",
               regression: bool = False, label_order: str = "sorted",
-              label_dir: str = "", fmt: str = "", splits: Sequence[str] = ()
+              label_dir: str = "", fmt: str = "", splits: Sequence[str] = (),
+              write_label_map: bool = True
               ) -> tuple[TaskSpec, dict[str, Rows]]:
   """One entry for the trainer: ``glue/<name>`` or the user's files.
 
@@ -370,7 +374,7 @@ def load_task(task: str, *, tfds_data_dir: str = "", train_path: str = "",
   spec, rows = read_user_task(
       train_path, validation_path, text_field, label_field, text_pair_field,
       regression=regression, label_order=label_order, label_dir=label_dir,
-      name=task or "user", fmt=fmt)
+      name=task or "user", fmt=fmt, write_label_map=write_label_map)
   if splits:
     rows = {s: rows[s] for s in splits if s in rows}
   return spec, rows

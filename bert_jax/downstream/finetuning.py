@@ -72,9 +72,31 @@ def read_task(config, workdir: str):
       validation_path=t.validation_file,
       text_field=t.text_field if user else "",
       text_pair_field=t.text_pair_field, label_field=t.label_field,
-      regression=t.regression, label_order=t.label_order, label_dir=workdir)
+      regression=t.regression, label_order=t.label_order, label_dir=workdir,
+      write_label_map=False)
+  check_task(config, spec)
+  if user and not spec.regression:  # Read back by resumed runs and export.
+    task_sources.save_label_map(workdir, spec.label_names)
   train = rows.pop(spec.train_split)
   return spec, train, rows
+
+
+def class_names(config, spec) -> tuple[str, ...]:
+  """The classes' names in id order: task.label_names, else the labels."""
+  return tuple(config.task.get("label_names") or ()) or spec.label_names
+
+
+def check_task(config, spec) -> None:
+  """The task's own settings against what the files hold (before anything
+  is written)."""
+  names = tuple(config.task.get("label_names") or ())
+  if names and len(names) != len(spec.label_names):
+    raise ValueError(
+        f"task.label_names={names} names {len(names)} classes, but the task "
+        f"has {len(spec.label_names)}"
+        + (f" (labels {', '.join(spec.label_names)}, in id order)"
+           if spec.label_names else " (a regression)")
+        + ": give one name per label, in that order.")
 
 
 def encoder_model_config(source):
@@ -271,7 +293,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
         task=spec.name, init_from=source.path, init_step=source.step,
         step=int(config.train.num_steps), seconds=time.time() - start,
         learning_rate=config.train.learning_rate, seed=config.train.seed,
-        label_names=list(spec.label_names), scores=evaluator.scores,
+        label_names=list(class_names(config, spec)),
+        scores=evaluator.scores,
         eval_examples=evaluator.examples,
         main_score=task_metrics.main_score(
             {f"{s}/{k}": v for s, d in evaluator.scores.items()

@@ -8,7 +8,8 @@ so the head computes what the family's class computes. A classifier of
 that config with random params (every weight and bias non-zero) is saved
 as a fine-tuning workdir and exported with the one writer; PyTorch must
 compute our logits (1e-4), ``pipeline("text-classification")`` must name
-our labels, and the export must read back as the same run (its 100-row
+our labels (task.label_names over the file's 0/1), and the export must
+read back as the same run (its 100-row
 table cut to the tokenizer's 89, ``hf.vocab``).
 """
 
@@ -71,6 +72,8 @@ def _classifier_run(base: str, family: str):
   spec = task_sources.TaskSpec("kw", ("text",), label_names=("neg", "pos"))
   ft = helpers.load_config("finetune")
   ft.train.update(init_from="/src", batch_size=8)
+  # Numeric labels in the files, named by the run (the export's id2label).
+  ft.task.label_names = ("neg", "pos")
   ft.data.update(seq_length=32, tokenizer_type="wordpiece",
                  tokenizer_path=vocab_path)
   config = finetuning.resolve_config(ft, source, spec, num_train=64)
@@ -82,7 +85,7 @@ def _classifier_run(base: str, family: str):
   workdir = os.path.join(base, "run")
   save_checkpoints(workdir, config, {5: params})
   with open(os.path.join(workdir, "label_map.json"), "w") as f:
-    json.dump({"label2id": {"neg": 0, "pos": 1}}, f)
+    json.dump({"label2id": {"0": 0, "1": 1}}, f)  # The file's labels.
   return workdir, params, config
 
 
