@@ -29,7 +29,6 @@ import jax
 import ml_collections
 import numpy as np
 from absl import logging
-from flax import nnx
 from jax.experimental import multihost_utils
 
 from bert_jax import config_lib
@@ -42,7 +41,6 @@ from bert_jax.data import tokenizers
 from bert_jax.downstream import metrics as task_metrics
 from bert_jax.objectives import classify
 from bert_jax.training import config_checks
-from bert_jax.training import sharding
 from bert_jax.training import trainer as trainer_lib
 
 RESULTS_FILE = "results.json"
@@ -120,10 +118,6 @@ def resolve_config(config, source, spec, num_train: int):
   # (model.pooler_act), and the export class follows it.
   config.objective.encoder = (objectives.encoder_name(source.config)
                               if source.config is not None else "bert")
-  if int(model.type_vocab_size) < 2:  # No segment table (DistilBERT).
-    # Pretraining's sentence-pair setting is moot here; its check would
-    # refuse the model.
-    config.data.update(objective=config_lib.PACKED, nsp=False)
   t = config.train
   if t.num_steps <= 0:
     t.num_steps = max(1, math.ceil(t.num_epochs * num_train / t.batch_size))
@@ -161,38 +155,26 @@ class TaskInput:
 # Evaluation: every validation example, the task's official metrics.
 # ==============================================================================
 class Evaluator:
-  """Runs the classifier over each eval split and scores the predictions."""
+  """Scores the classifier's predictions over each eval split.
+
+  Logits and loss sums come from the trainer's predict step
+  (`Trainer.predict`: the objective's `predict` and `loss_sums`), so the
+  eval loss is the train step's loss over every real example."""
 
   def __init__(self, spec, task_input: TaskInput, config):
     self.spec, self.input, self.config = spec, task_input, config
     self.scores: dict = {}  # {split: {metric: value}} of the last call.
     self.examples: dict = {}  # {split: rows scored} (padding excluded).
-    self._predict = None
-
-  def _predict_fn(self, trainer):
-    if self._predict is None:
-      p = trainer.programs
-
-      def predict(params, batch):
-        model = nnx.merge(p.graphdef, params)
-        return classify.logits(model, batch, None, True)
-
-      self._predict = jax.jit(
-          predict, in_shardings=(p.state_sharding["params"], p.batch_sharding),
-          out_shardings=sharding.replicated(p.mesh))
-    return self._predict
 
   def __call__(self, trainer, params) -> dict:
-    predict = self._predict_fn(trainer)
-    names = trainer.programs.objective.feature_spec(self.config)
-    metrics, total_loss, total_weight = {}, 0.0, 0.0
+    metrics, totals, index = {}, {}, 0
     for split, batches in self.input.eval_splits.items():
       outs, labels, weights = [], [], []
       for local in batches:
-        model_in = {k: local[k] for k in names}
-        batch = sharding.global_batch(model_in, trainer.batch_sharding)
-        with trainer.programs.context():
-          outs.append(np.asarray(jax.device_get(predict(params, batch))))
+        sums, predicted = trainer.predict(params, local, index)
+        index += 1
+        totals = {k: totals.get(k, 0.0) + float(v) for k, v in sums.items()}
+        outs.append(np.asarray(predicted["logits"]))
         labels.append(_global_rows(local["labels"]))
         weights.append(_global_rows(local["example_weights"]))
       out = np.concatenate(outs) if outs else np.zeros((0, 1), np.float32)
@@ -204,9 +186,10 @@ class Evaluator:
       self.examples[split] = int(round(float(w.sum())))
       prefix = "" if len(self.input.eval_splits) == 1 else f"{split}/"
       metrics.update({prefix + k: v for k, v in scores.items()})
-      loss_sum, weight = _loss_sum(out, y, w, self.spec.regression)
-      total_loss, total_weight = total_loss + loss_sum, total_weight + weight
-    metrics["loss"] = total_loss / max(total_weight, 1.0)
+    # Sums added in float64 over every split, divided once (as pretraining's
+    # eval): the loss over all real examples.
+    metrics["loss"] = (float(classify.loss(totals, totals, self.config))
+                       if totals else 0.0)
     return metrics
 
 
@@ -217,28 +200,17 @@ def _global_rows(local: np.ndarray) -> np.ndarray:
   return np.asarray(multihost_utils.process_allgather(local, tiled=True))
 
 
-def _loss_sum(out, labels, weights, regression: bool) -> tuple[float, float]:
-  """The objective's loss summed over real rows, in float64 on the host."""
-  out = out.astype(np.float64)
-  if regression:
-    err = out[:, 0] - labels
-    return float(np.sum(weights * err * err)), float(np.sum(weights))
-  shifted = out - out.max(axis=-1, keepdims=True)
-  logp = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
-  nll = -logp[np.arange(len(labels)), labels.astype(np.int64)]
-  return float(np.sum(weights * nll)), float(np.sum(weights))
-
-
 # ==============================================================================
 # One fine-tuning run.
 # ==============================================================================
-def encoder_init(source, trainer, fresh_params):
-  """Fresh params with the checkpoint's encoder (`bert` subtree) in place:
+def encoder_init(source, config, fresh_params, abstract_params):
+  """Fresh params with the checkpoint's encoder (`bert` subtree) in place,
+  placed like `abstract_params` (the train state's, with their shardings):
   the classifier stays at its random init (reported), as in HF. The
   source's params are loaded as its run saved them (any family, an exported
-  classifier of another task too) and the objective takes the encoder out."""
-  loaded, report = pretrained.load_params(source,
-                                          seed=trainer.config.train.seed)
+  classifier of another task too) and the objective takes the encoder out.
+  `config` is the run's (resolve_config)."""
+  loaded, report = pretrained.load_params(source, seed=config.train.seed)
   params = dict(jax.device_get(fresh_params))
   encoder = dict(objectives.encoder_params(loaded, source.config))
   fresh = sorted(set(params["bert"]) - set(encoder))  # e.g. the pooler.
@@ -246,8 +218,8 @@ def encoder_init(source, trainer, fresh_params):
   logging.info("Encoder (%s objective) from %s (%s); fresh: classifier%s.",
                source.objective, source.path, report,
                "".join(f", bert/{k}" for k in fresh))
-  return checkpoint_reading.place_params(
-      params, trainer.abstract_state["params"], source=source.path)
+  return checkpoint_reading.place_params(params, abstract_params,
+                                         source=source.path)
 
 
 def run(config: ml_collections.ConfigDict, workdir: str, *,
@@ -270,8 +242,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
   with workdir_lock.hold(workdir, take_over=take_over_workdir) as lock:
     spec, train_rows, eval_rows = read_task(config, workdir)
     config = resolve_config(config, source, spec, len(train_rows))
-    config_checks.validate(config, jax.device_count(), jax.process_count(),
-                           check_sources=False)
+    phases = config_checks.validate(config, jax.device_count(),
+                                    jax.process_count(), check_sources=False)
     tok = tokenizers.load(tok_spec.path, tok_spec.kind, tok_spec.lower_case)
     config_checks.check_tokenizer(config, tok)
     pretrained.record_tokenizer(workdir, tok)  # What an export ships with.
@@ -284,7 +256,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
     trainer = trainer_lib.Trainer(
         config, workdir, data=task_input,
         objective=objectives.get("classify"), evaluate=evaluator,
-        init_params=lambda t, fresh: encoder_init(source, t, fresh))
+        init_params=lambda fresh, abstract: encoder_init(
+            source, config, fresh, abstract), phases=phases)
     start = time.time()
     metrics = trainer_lib.run_trainer(trainer, lock)
     if not evaluator.scores:  # Resumed after the end: evaluate once more.

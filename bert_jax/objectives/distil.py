@@ -29,6 +29,7 @@ from absl import logging
 
 from bert_jax import objectives
 from bert_jax import pretrained
+from bert_jax.data import checks as data_checks
 from bert_jax.data import features
 from bert_jax.hf import checkpoint_io
 from bert_jax.models import bert as model_lib
@@ -187,6 +188,7 @@ def validate(config) -> None:
     raise ValueError(f"objective.temperature={o.temperature} must be > 0 and "
                      "objective.alpha_ce/alpha_mlm/alpha_cos >= 0.")
   check_teacher(config)
+  data_checks.check_pretraining(config)
 
 
 def check_teacher(config) -> None:
