@@ -85,6 +85,10 @@ def validate(config) -> None:
   """A task's checks: the sequence shape and the head. The pretraining
   pipeline's (tokenizer training, masking, sentence pairs) do not apply:
   rows come from the task with the checkpoint's tokenizer."""
+  if config.train.phases or config.train.recipe:
+    raise ValueError("train.phases / train.recipe apply to pretraining runs "
+                     "only (a fine-tuning run's batches are its task's "
+                     "length buckets, task.buckets); leave them empty.")
   data_checks.check_sequence(config)
   if int(config.model.num_labels) < 1:
     raise ValueError(f"model.num_labels={config.model.num_labels} must be >= 1"

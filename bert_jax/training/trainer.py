@@ -300,6 +300,7 @@ class Trainer:
       logging.info("Checkpoint is at step %d >= train.num_steps=%d: nothing "
                    "to do.", start_step, train.num_steps)
     t_last, step_last = time.time(), start_step
+    window = []  # (loss, finite) of the steps since the last log line.
     for step in range(start_step, train.num_steps):
       if step >= self._phase.end:
         self._enter_phase(phases_lib.at_step(self.phases, step), step)
@@ -312,9 +313,12 @@ class Trainer:
       done = step + 1
       self.checkpointer.check_for_errors()  # A failed async save stops here.
       self._nonfinite.observe(done, metrics["finite"])
+      window.append((metrics["loss"], metrics["finite"]))  # No host sync.
       is_last = done == train.num_steps
       if done % train.log_every == 0 or is_last:
         metrics = jax.device_get(metrics)
+        metrics.update(_window_loss(jax.device_get(window), done))
+        window = []
         now = time.time()
         tps = tokens_per_step * (done - step_last) / max(now - t_last, 1e-9)
         t_last, step_last = now, done
@@ -371,6 +375,16 @@ class Trainer:
     self.checkpointer.close()
     if getattr(self, "_preemption", None) is not None:
       self._preemption.close()
+
+
+def _window_loss(window, done: int) -> dict:
+  """The mean training loss over the steps since the last log line (the
+  last train.log_every steps, fewer at the end), finite steps only: one
+  batch's loss is noise, this is the number a summary reports."""
+  losses = [float(l) for l, finite in window if bool(finite)]
+  return dict(window_loss=float(np.mean(losses)) if losses else float("nan"),
+              window_first_step=done - len(window) + 1,
+              window_steps=len(losses))
 
 
 def run_trainer(trainer: Trainer, lock) -> dict:

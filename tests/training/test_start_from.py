@@ -45,21 +45,22 @@ def source(tmp_path_factory):
   return _bert_workdir(tmp_path_factory.mktemp("src") / "w")
 
 
-def test_init_from_trains_with_the_source_tokenizer(source, tmp_path):
+def test_init_from_trains_with_the_source_tokenizer(source, tmp_path, caplog):
   """End to end: a 2-step run from W asks for a 300-piece tokenizer of its
   own; it records W's vocab.txt and trains none."""
+  from bert_jax.training import trainer as trainer_lib
   w, vocab = source
+  config = helpers.tiny_config(
+      train=dict(init_from=w, num_steps=2, eval_every=1000),
+      data=dict(tokenizer_vocab_size=300))
   workdir = tmp_path / "run"
-  r = helpers.run_main(workdir, f"--config.train.init_from={w}",
-                       "--config.data.tokenizer_vocab_size=300",
-                       "--config.train.num_steps=2",
-                       "--config.train.eval_every=1000")
-  assert r.returncode == 0, r.stderr[-3000:]
+  with caplog.at_level("INFO"):
+    trainer_lib.train_and_evaluate(config, str(workdir))
   with open(workdir / "tokenizer" / "record.json") as f:
     record = json.load(f)
   assert record == dict(kind="wordpiece", path=vocab, lower_case=True)
   assert os.listdir(workdir / "tokenizer") == ["record.json"]  # None trained.
-  assert f"Tokenizer: {vocab} (wordpiece, uncased), the one " in r.stderr
+  assert f"Tokenizer: {vocab} (wordpiece, uncased), the one " in caplog.text
 
 
 def test_another_tokenizer_path_is_refused_before_writing(source, tmp_path):
