@@ -228,9 +228,10 @@ def load_params(source: Source | str, model_config=None, *,
   subtrees it wants. With `abstract_params` (ShapeDtypeStructs with
   shardings) the result is global arrays on those shardings and must match
   their tree. A source with fewer vocabulary rows than `model_config` (an
-  export trimmed to its tokenizer) is padded to it (``hf.vocab.pad``). Architecture fields must equal `model_config`'s (ValueError
-  naming the field); `config` (the current run config) only improves the
-  message when a checkpoint does not fit.
+  export trimmed to its tokenizer) is padded to it (``hf.vocab.pad``).
+  Architecture fields must equal `model_config`'s (ValueError naming the
+  field); `config` (the current run config) only improves the message when
+  a checkpoint does not fit.
   """
   source = _as_source(source)
   if model_config is None:

@@ -77,10 +77,10 @@ def read_task(config, label_dir: str):
       regression=t.regression, label_order=t.label_order, label_dir=label_dir,
       write_label_map=False)
   for split, split_rows in rows.items():
+    field = "train_file" if split == spec.train_split else "validation_file"
     task_sources.check_not_empty(split, split_rows, (
-        f"task.{'train_file' if split == spec.train_split else 'validation_file'}"
-        f"={t.train_file if split == spec.train_split else t.validation_file}"
-        if user else f"{spec.name} in tfds_data_dir={t.tfds_data_dir!r}"))
+        f"task.{field}={t[field]}" if user else
+        f"{spec.name} in tfds_data_dir={t.tfds_data_dir!r}"))
   check_task(config, spec)
   train = rows.pop(spec.train_split)
   return spec, train, rows

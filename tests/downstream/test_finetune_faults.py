@@ -4,8 +4,9 @@ pretraining run does; results' train_loss is a window's mean; a workdir
 remembers its task; an empty validation split, phases and a wrong label
 setup are one error before anything is written.
 
-One fine-tuning workdir (a tiny random BERT, the keyword task) is stopped
-by SIGTERM in a child, finished in-process, then rerun with other files.
+One fine-tuning workdir (a tiny random BertModel directory: no MLM head, the
+keyword task) is stopped by SIGTERM in a child, finished in-process, then
+rerun with other files.
 """
 
 import csv
@@ -36,9 +37,12 @@ def _write(path, rows):
 def task(tmp_path_factory):
   base = tmp_path_factory.mktemp("ft_faults")
   hf = tiny_models.make_hf_dir(str(base / "base"))
+  # A BertModel directory (no MLM / NSP heads), as sentence-transformers'.
+  encoder = str(base / "bertmodel")
+  tiny_models.strip_mlm_head(hf["out"], encoder)
   train, dev = tiny_models.write_keyword_task(str(base / "task"), n_train=128,
                                               n_dev=16)
-  return dict(base=base, hf=hf["out"], train=train, dev=dev)
+  return dict(base=base, hf=encoder, train=train, dev=dev)
 
 
 def _config(task, **train):
@@ -51,7 +55,8 @@ def _config(task, **train):
 def _flags(config):
   """`config`'s task and train fields as bert_jax.finetune flags."""
   t, tr = config.task, config.train
-  return [f"--config.task.name={t.name}", f"--config.task.train_file={t.train_file}",
+  return [f"--config.task.name={t.name}",
+          f"--config.task.train_file={t.train_file}",
           f"--config.task.validation_file={t.validation_file}",
           f"--config.task.text_field={t.text_field}",
           "--config.task.buckets=(32,)", "--config.data.seq_length=32",
@@ -92,6 +97,9 @@ def test_sigterm_writes_no_results_and_exits_as_pretraining(preempted):
   assert "Traceback" not in r["log"]
   assert not os.path.exists(os.path.join(r["workdir"], "results.json"))
   assert "eval step" not in r["log"]  # Not evaluated as if finished.
+  # The source's missing MLM / NSP heads are none of the classifier's.
+  assert "fresh: classifier." in r["log"]
+  assert "Initialized fresh" not in r["log"]
 
 
 @pytest.fixture(scope="module")
