@@ -155,10 +155,19 @@ def _albert_to_hf(mc, pad_token_id: int = 0) -> dict:
   return cfg
 
 
+def _untied(hf_cfg) -> bool:
+  """One group per layer: our export. A released ALBERT classifier shares
+  its groups; the ALBERT table reads it (an ``albert`` run whose encoder
+  fine-tuning copies into every layer, the classifier fresh)."""
+  return hf_cfg.get("num_hidden_groups", 1) == hf_cfg.get(
+      "num_hidden_layers", 12)
+
+
 ALBERT_CLASSIFY = _register(
     "albert_classify", encoder="albert", rows=_albert_rows(),
     architecture="AlbertForSequenceClassification", model_type="albert",
-    base_prefix="albert.", config_to_hf=_albert_to_hf,
+    base_prefix="albert.", shape_fields={"embeddings.": "embedding_size"},
+    config_to_hf=_albert_to_hf, reads=_untied,
     config_from_hf=_from_hf(hf_families.ALBERT.config_from_hf, "tanh"))
 
 

@@ -91,6 +91,9 @@ class Family:
   # (model_config, pad_token_id) -> dict, and dict -> our model config.
   config_to_hf: Callable | None = None
   config_from_hf: Callable | None = None
+  # (config.json dict) -> whether this table reads a directory of its class
+  # with that config (None: every one); else the model_type's table does.
+  reads: Callable | None = None
 
   def table(self, num_layers: int) -> list[Row]:
     """The rows with "{i}" expanded for `num_layers` encoder layers."""
@@ -186,7 +189,8 @@ def for_hf_config(hf_config: Mapping[str, Any] | None) -> Family:
   model_type = hf_config.get("model_type", "bert")
   for fam in families().values():
     if arch and (fam.export_architecture or fam.default_architecture) == (
-        arch) and fam.model_type == model_type:
+        arch) and fam.model_type == model_type and (
+            fam.reads is None or fam.reads(hf_config)):
       return fam
   return get(model_type) if model_type in TABLE_MODULES else get()
 

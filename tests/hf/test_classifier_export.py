@@ -135,3 +135,37 @@ def test_classifier_exports_to_its_family_class(tmp_path, family):
   back, report = pretrained.load_params(source)
   assert not report.fresh and not report.skipped, report.summary()
   assert_trees_identical(vocab.trim(params, cfg["vocab_size"]), back)
+
+
+def test_released_classifiers_resolve_to_what_reads_them(tmp_path):
+  """Hugging Face's own classifiers: ELECTRA's and DistilBERT's read as
+  classify runs of that encoder; an ALBERT one with shared groups (every
+  released ALBERT) as an ALBERT run, whose encoder fine-tuning copies into
+  its layers (the classify table holds one group per layer)."""
+  small = dict(vocab_size=100, num_attention_heads=2,
+               max_position_embeddings=32)
+  models = {
+      "electra": transformers.ElectraForSequenceClassification(
+          transformers.ElectraConfig(embedding_size=16, hidden_size=32,
+                                     num_hidden_layers=2,
+                                     intermediate_size=64, **small)),
+      "distil": transformers.DistilBertForSequenceClassification(
+          transformers.DistilBertConfig(dim=32, n_layers=2, hidden_dim=64,
+                                        vocab_size=100, n_heads=2,
+                                        max_position_embeddings=32)),
+      "albert": transformers.AlbertForSequenceClassification(
+          transformers.AlbertConfig(embedding_size=16, hidden_size=32,
+                                    num_hidden_layers=2, num_hidden_groups=1,
+                                    intermediate_size=64, **small)),
+  }
+  for family, model in models.items():
+    model.save_pretrained(str(tmp_path / family))
+    source = pretrained.resolve(str(tmp_path / family))
+    _, report = pretrained.load_params(source)
+    if family == "albert":
+      assert (source.family, source.objective) == ("albert", "albert")
+      assert report.skipped == ["classifier.bias", "classifier.weight"]
+    else:
+      assert source.objective == "classify"
+      assert source.config.objective.encoder == family
+      assert not report.fresh and not report.skipped, report.summary()
