@@ -216,6 +216,20 @@ def load_model_config(source: Source | str) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(source.config.model.to_dict())
 
 
+def check_fits(source: Source, model_config, field: str,
+               note: str = "") -> None:
+  """ValueError naming config `field` (which gave `source`) when its params
+  are of another architecture than `model_config`, before anything loads
+  them; fewer vocabulary rows are fine (an export trimmed to its tokenizer:
+  :func:`load_params` pads them)."""
+  if source.config is None:
+    return
+  theirs = ml_collections.ConfigDict(source.config.model.to_dict())
+  theirs.vocab_size = max(int(theirs.vocab_size), int(model_config.vocab_size))
+  checkpoint_io.check_same_architecture(theirs, model_config, source.path,
+                                        field=field, note=note)
+
+
 def load_params(source: Source | str, model_config=None, *,
                 abstract_params=None, seed: int = 0, config=None):
   """Params of `source` for `model_config` -> (params, ImportReport).

@@ -31,7 +31,6 @@ from bert_jax import objectives
 from bert_jax import pretrained
 from bert_jax.data import checks as data_checks
 from bert_jax.data import features
-from bert_jax.hf import checkpoint_io
 from bert_jax.models import bert as model_lib
 from bert_jax.models import flops as flops_lib
 from bert_jax.objectives import Objective
@@ -208,10 +207,8 @@ def check_teacher(config) -> None:
         f"{source.objective!r} run ({source.kind}), not a BERT: the "
         "teacher must be a BERT (a BERT pretraining workdir, or a "
         "BertForPreTraining / BertForMaskedLM directory).")
-  if source.config is not None:
-    checkpoint_io.check_same_architecture(
-        source.config.model, config.model, teacher, field="objective.teacher",
-        note=" (the teacher's architecture, which the student's derives from)")
+  pretrained.check_fits(source, config.model, "objective.teacher", note=(
+      " (the teacher's architecture, which the student's derives from)"))
 
 
 def flops_per_sequence(config) -> float:

@@ -7,8 +7,9 @@ tokenizer is theirs, never a new one trained on the corpus (whose ids would
 mean other tokens: ``data.tokenizer_vocab_size`` does not apply).
 :func:`resolve` runs at startup, before anything is written:
 
-- each source is resolved (a path that is no checkpoint, or another kind of
-  model such as GPT-2, is one line naming the field);
+- each source is resolved (a path that is no checkpoint, another kind of
+  model such as GPT-2, or train.init_from of another architecture, is one
+  line naming the field);
 - the run's ``data.tokenizer_type/tokenizer_path/lower_case`` become the
   source's tokenizer (its ``tokenizer/record.json``, or the vocab.txt /
   spiece.model of a Hugging Face or imported directory);
@@ -67,13 +68,17 @@ def _resumes(workdir: str) -> bool:
     return False
 
 
-def _source_tokenizer(field: str, path: str, given: bool):
+def _source_tokenizer(field: str, path: str, given: bool, config):
   """The tokenizer the params at `path` were trained with; None when it
-  ships none that bert_jax reads and the config names one (`given`)."""
+  ships none that bert_jax reads and the config names one (`given`).
+  train.init_from's architecture is checked here too (a teacher's by its
+  objective): before the run writes anything, not after its compile."""
   try:
     source = pretrained.resolve(path)
   except (ValueError, FileNotFoundError) as e:
     raise type(e)(f"{field}: {e}") from None
+  if field == "train.init_from":
+    pretrained.check_fits(source, config.model, field)
   try:
     return pretrained.tokenizer_spec(source)
   except FileNotFoundError as e:
@@ -109,7 +114,7 @@ def resolve(config, workdir: str) -> ml_collections.ConfigDict:
     return _with(config, spec, f"the one this run recorded in {workdir}")
   chosen, chosen_field = None, ""
   for field, path in found.items():
-    spec = _source_tokenizer(field, path, given is not None)
+    spec = _source_tokenizer(field, path, given is not None, config)
     if spec is None:
       continue
     if chosen is not None and not _same(chosen, spec):

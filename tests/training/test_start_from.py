@@ -158,3 +158,16 @@ def test_electra_workdir_as_teacher_says_what_it_is(tmp_path):
       "not a BERT: the teacher must be a BERT (a BERT pretraining workdir, "
       "or a BertForPreTraining / BertForMaskedLM directory).")
   assert config_lib.get_config("tiny").objective.teacher == ""
+
+
+def test_init_from_of_another_width_is_refused_at_startup(source, tmp_path):
+  """Named before anything is written (it used to surface after the data
+  and the compile)."""
+  w, _ = source
+  config = helpers.tiny_config(train=dict(init_from=w),
+                               model=dict(hidden_size=128))
+  with pytest.raises(ValueError) as e:
+    start_from.resolve(config, str(tmp_path / "run"))
+  assert str(e.value) == (
+      f"train.init_from={w} has model.hidden_size=64, but the config has "
+      "model.hidden_size=128; set --config.model.hidden_size=64.")
