@@ -55,6 +55,11 @@ def model_config(size: str = "base") -> ml_collections.ConfigDict:
       initializer_range=0.02,
       layer_norm_eps=1e-12,
       num_labels=2,  # Fine-tuning heads only (1 = regression).
+      # The pooler's activation on [CLS]: "tanh" (BERT, ALBERT); a
+      # classifier fine-tuned from ELECTRA has "gelu" (HF's
+      # ElectraClassificationHead), from DistilBERT "relu" (its
+      # pre_classifier), so that it exports to that family's class exactly.
+      pooler_act="tanh",
       # Compute dtype of activations and matmul inputs; params stay float32.
       dtype="float32",
       # Speed options (README "Performance" has their measured effect).
@@ -190,6 +195,10 @@ def objective_config() -> ml_collections.ConfigDict:
       generator_temperature=1.0,  # Of the generator's sampling softmax.
       gen_weight=1.0,  # MLM (generator) loss weight.
       disc_weight=50.0,  # Replaced-token-detection loss weight.
+      # classify: the pretraining objective whose encoder is fine-tuned
+      # (set by fine-tuning from train.init_from): the classifier's head and
+      # Hugging Face class follow it (bert_jax/hf/classify.py).
+      encoder="bert",
   ))
 
 

@@ -273,6 +273,9 @@ def finetune(row: dict, out: str, seed: int, task_dir: str, epochs: int,
           f"--config.train.seed={seed}",
           "--config.checkpoint.save_every_steps=100000"],
          os.path.join(workdir, "finetune.log"))
+  if not os.path.isfile(results):  # SIGTERM: a checkpoint, no results yet.
+    raise RuntimeError(f"The fine-tuning in {workdir} stopped before it "
+                       "finished (preempted); rerun the tool to resume it.")
   with open(results) as f:
     return float(json.load(f)["main_score"])
 

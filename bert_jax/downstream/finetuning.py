@@ -39,6 +39,8 @@ from bert_jax.checkpoints import workdir_lock
 from bert_jax.data import task_sources
 from bert_jax.data import tokenizers
 from bert_jax.downstream import metrics as task_metrics
+from bert_jax.downstream import workdir_task
+from bert_jax.hf import mapping
 from bert_jax.objectives import classify
 from bert_jax.training import config_checks
 from bert_jax.training import trainer as trainer_lib
@@ -55,10 +57,12 @@ _KEEP_FROM_CONFIG = ("hidden_dropout_prob", "attention_probs_dropout_prob",
 # ==============================================================================
 # Task and config.
 # ==============================================================================
-def read_task(config, workdir: str):
+def read_task(config, label_dir: str):
   """(task spec, train rows, {eval split: rows}). GLUE comes from
   task.tfds_data_dir; any other task.name reads the user's files, whose
-  string labels are mapped once and saved as workdir/label_map.json."""
+  string labels are mapped once (label_dir/label_map.json when it holds a
+  resumed run's map; the caller writes the map after its checks). Nothing
+  is written here; an empty split is an error naming it."""
   t = config.task
   user = not t.name.startswith("glue/")
   if user and not (t.train_file and t.validation_file):
@@ -70,9 +74,34 @@ def read_task(config, workdir: str):
       validation_path=t.validation_file,
       text_field=t.text_field if user else "",
       text_pair_field=t.text_pair_field, label_field=t.label_field,
-      regression=t.regression, label_order=t.label_order, label_dir=workdir)
+      regression=t.regression, label_order=t.label_order, label_dir=label_dir,
+      write_label_map=False)
+  for split, split_rows in rows.items():
+    field = "train_file" if split == spec.train_split else "validation_file"
+    task_sources.check_not_empty(split, split_rows, (
+        f"task.{field}={t[field]}" if user else
+        f"{spec.name} in tfds_data_dir={t.tfds_data_dir!r}"))
+  check_task(config, spec)
   train = rows.pop(spec.train_split)
   return spec, train, rows
+
+
+def class_names(config, spec) -> tuple[str, ...]:
+  """The classes' names in id order: task.label_names, else the labels."""
+  return tuple(config.task.get("label_names") or ()) or spec.label_names
+
+
+def check_task(config, spec) -> None:
+  """The task's own settings against what the files hold (before anything
+  is written)."""
+  names = tuple(config.task.get("label_names") or ())
+  if names and len(names) != len(spec.label_names):
+    raise ValueError(
+        f"task.label_names={names} names {len(names)} classes, but the task "
+        f"has {len(spec.label_names)}"
+        + (f" (labels {', '.join(spec.label_names)}, in id order)"
+           if spec.label_names else " (a regression)")
+        + ": give one name per label, in that order.")
 
 
 def encoder_model_config(source):
@@ -94,6 +123,10 @@ def resolve_config(config, source, spec, num_train: int):
   config.model = model
   # The family's classifier (stored with the run: its export class).
   config.objective.name = finetune_objective(source).name
+  # Whose encoder this is: the head's activation came with it
+  # (model.pooler_act), and the export class follows it.
+  config.objective.encoder = (objectives.encoder_name(source.config)
+                              if source.config is not None else "bert")
   t = config.train
   if t.num_steps <= 0:
     t.num_steps = max(1, math.ceil(t.num_epochs * num_train / t.batch_size))
@@ -208,19 +241,54 @@ def encoder_init(source, config, fresh_params, abstract_params):
   loaded, report = pretrained.load_params(source, seed=config.train.seed)
   params = dict(jax.device_get(fresh_params))
   encoder = dict(objectives.encoder_params(loaded, source.config))
-  fresh = sorted(set(params["bert"]) - set(encoder))  # e.g. the pooler.
+  # What the classifier starts fresh: what the encoder lacks, and what the
+  # import filled fresh and the encoder kept (a BertForMaskedLM's pooler).
+  # The source's other fresh heads (a BertModel's MLM / NSP) are none of
+  # the classifier's: not reported.
+  flat_loaded = mapping.flatten_params(loaded)
+  filled = {id(v) for k, v in flat_loaded.items()
+            if any(k == h or k.startswith(h + ".") for h in report.fresh)}
+  fresh = set(params["bert"]) - set(encoder) | {
+      k.split(".")[0] for k, v in mapping.flatten_params(encoder).items()
+      if id(v) in filled}
+  report.fresh = []
   params["bert"] = {**params["bert"], **encoder}
   logging.info("Encoder (%s objective) from %s (%s); fresh: classifier%s.",
                source.objective, source.path, report,
-               "".join(f", bert/{k}" for k in fresh))
+               "".join(f", bert/{k}" for k in sorted(fresh)))
   return checkpoint_reading.place_params(params, abstract_params,
                                          source=source.path)
+
+
+def _resumes(workdir: str) -> bool:
+  """Whether `workdir` holds a committed checkpoint (a rerun resumes it)."""
+  try:
+    return bool(checkpoint_reading.committed_steps(workdir))
+  except FileNotFoundError:
+    return False
+
+
+def _train_loss(metrics: dict, workdir: str) -> dict:
+  """results.json's train_loss: the mean per-step loss of the last log
+  window (Trainer: the steps since the previous log line) and those steps.
+  A run resumed after its end trains nothing: the last checkpoint's."""
+  if "window_loss" not in metrics:
+    steps = checkpoint_reading.committed_steps(workdir)
+    metrics = checkpoint_reading.read_meta(workdir, steps[-1]).get(
+        "metrics") or {}
+  if "window_loss" not in metrics:
+    return dict(train_loss=None, train_loss_steps=None)
+  last = int(metrics["window_first_step"]) + int(metrics["window_steps"]) - 1
+  return dict(train_loss=metrics["window_loss"],
+              train_loss_steps=[int(metrics["window_first_step"]), last])
 
 
 def run(config: ml_collections.ConfigDict, workdir: str, *,
         take_over_workdir: bool = False) -> dict:
   """Fine-tune per `config` in `workdir` (resuming) and evaluate; returns
-  the results written to workdir/results.json."""
+  the results written to workdir/results.json, or
+  {"preempted_at_step": N} when a SIGTERM stopped it (a checkpoint of step
+  N is committed; no results are written: rerun to finish)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   if not config.train.init_from:
     raise ValueError("train.init_from is empty: name the checkpoint to "
@@ -235,13 +303,22 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
   config_checks.validate(probe, jax.device_count(), jax.process_count(),
                          check_sources=False)
   with workdir_lock.hold(workdir, take_over=take_over_workdir) as lock:
-    spec, train_rows, eval_rows = read_task(config, workdir)
+    # ---- Every check that reads the task, before this run writes a file.
+    resumes = _resumes(workdir)  # Only a resumed run keeps its label map.
+    spec, train_rows, eval_rows = read_task(config, workdir if resumes
+                                            else "")
     config = resolve_config(config, source, spec, len(train_rows))
     phases = config_checks.validate(config, jax.device_count(),
                                     jax.process_count(), check_sources=False)
     tok = tokenizers.load(tok_spec.path, tok_spec.kind, tok_spec.lower_case)
     config_checks.check_tokenizer(config, tok)
-    pretrained.record_tokenizer(workdir, tok)  # What an export ships with.
+    task_record = workdir_task.check(config, workdir, resumes)
+    # ---- The workdir's own files: what a rerun and an export read back.
+    if jax.process_index() == 0:
+      if not spec.name.startswith("glue/") and not spec.regression:
+        task_sources.save_label_map(workdir, spec.label_names)
+      workdir_task.write(workdir, task_record)
+    pretrained.record_tokenizer(workdir, tok)
     logging.info("Task %s: %d train rows, eval %s; %d steps of batch %d.",
                  spec.name, len(train_rows),
                  {k: len(v) for k, v in eval_rows.items()},
@@ -255,18 +332,21 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
             source, config, fresh, abstract), phases=phases)
     start = time.time()
     metrics = trainer_lib.run_trainer(trainer, lock)
+    if "preempted_at_step" in metrics:  # Not finished: no final results.
+      return {"preempted_at_step": metrics["preempted_at_step"]}
     if not evaluator.scores:  # Resumed after the end: evaluate once more.
       evaluator(trainer, trainer.final_state["params"])
     results = dict(
         task=spec.name, init_from=source.path, init_step=source.step,
         step=int(config.train.num_steps), seconds=time.time() - start,
         learning_rate=config.train.learning_rate, seed=config.train.seed,
-        label_names=list(spec.label_names), scores=evaluator.scores,
+        label_names=list(class_names(config, spec)),
+        scores=evaluator.scores,
         eval_examples=evaluator.examples,
         main_score=task_metrics.main_score(
             {f"{s}/{k}": v for s, d in evaluator.scores.items()
              for k, v in d.items()}),
-        train_loss=metrics.get("loss"))
+        **_train_loss(metrics, workdir))
     if jax.process_index() == 0:
       with tf.io.gfile.GFile(os.path.join(workdir, RESULTS_FILE), "w") as f:
         json.dump(results, f, indent=1)
@@ -294,7 +374,10 @@ def sweep(config, workdir: str, learning_rates, seeds) -> dict:
     for seed in seeds:
       c = ml_collections.ConfigDict(config.to_dict())
       c.train.learning_rate, c.train.seed = float(lr), int(seed)
-      runs.append(run(c, os.path.join(workdir, f"lr{lr:g}-seed{seed}")))
+      result = run(c, os.path.join(workdir, f"lr{lr:g}-seed{seed}"))
+      if "preempted_at_step" in result:  # The rerun resumes this run.
+        return result
+      runs.append(result)
   summary = dict(task=runs[0]["task"], runs=runs, **summarize_sweep(runs))
   if jax.process_index() == 0:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top

@@ -20,13 +20,14 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from safetensors import safe_open
+from safetensors import numpy as safetensors_numpy
 from safetensors.numpy import load_file
-from safetensors.numpy import save_file
 
 from bert_jax import config_lib
 from bert_jax.hf import importing
 from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
+from bert_jax.hf import vocab
 
 # HF BertConfig fields that our model config shares, by the same name.
 MODEL_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
@@ -91,8 +92,11 @@ def hf_config_from_model_config(model_config, *, pad_token_id: int = 0,
 
 
 def model_config_from_hf_config(hf_config: Mapping[str, Any]):
-  """An HF config dict (or Google bert_config.json) -> our model config."""
-  fam = mapping.by_model_type(hf_config.get("model_type", "bert"))
+  """An HF config dict (or Google bert_config.json) -> our model config
+  (the conversion of the family its class and model_type name)."""
+  fam = mapping.for_hf_config(hf_config)
+  if hf_config.get("model_type", "bert") != fam.model_type:
+    fam = mapping.by_model_type(hf_config["model_type"])
   if fam.config_from_hf is not None:
     return fam.config_from_hf(hf_config)
   cfg = config_lib.model_config("base")
@@ -121,12 +125,16 @@ def model_config_from_hf_config(hf_config: Mapping[str, Any]):
   return cfg
 
 
-def check_same_architecture(src, dst, path: str) -> None:
-  """ValueError naming the first ARCH_FIELDS entry where src and dst differ."""
+def check_same_architecture(src, dst, path: str,
+                            field: str = "train.init_from",
+                            note: str = "") -> None:
+  """ValueError naming the first ARCH_FIELDS entry where src (the model at
+  `path`, given as config `field`) and dst differ; `note` says what the
+  config's model is, when that is not obvious."""
   for f in ARCH_FIELDS:
     if src[f] != dst[f]:
-      raise ValueError(f"train.init_from={path} has model.{f}={src[f]}, but "
-                       f"the config has model.{f}={dst[f]}; set "
+      raise ValueError(f"{field}={path} has model.{f}={src[f]}, but the "
+                       f"config has model.{f}={dst[f]}{note}; set "
                        f"--config.model.{f}={src[f]}.")
 
 
@@ -226,6 +234,14 @@ def load_hf_params(path: str, model_config=None, *, family: str = "bert",
                                     source=path, fmt=fmt)
 
 
+def write_safetensors(path: str, tensors, metadata) -> None:
+  """A safetensors file created like every other file we write (mode 0666
+  less the umask: 0644 by default). safetensors' own save_file creates it
+  0600, so nobody else on the machine could load an export."""
+  with open(path, "wb") as f:
+    f.write(safetensors_numpy.save(tensors, metadata=metadata))
+
+
 # --------------------------------------------------------------------------
 # Our imported-directory format (tools/convert_from_hf.py)
 # --------------------------------------------------------------------------
@@ -238,8 +254,8 @@ def save_imported(out_dir: str, params, model_config,
   these are; directories without one hold BERT's)."""
   os.makedirs(out_dir, exist_ok=True)
   flat = {k: mapping.f32(v) for k, v in mapping.flatten_params(params).items()}
-  save_file(flat, os.path.join(out_dir, IMPORTED_PARAMS),
-            metadata={"format": "bert_jax"})
+  write_safetensors(os.path.join(out_dir, IMPORTED_PARAMS), flat,
+                    {"format": "bert_jax"})
   stored = {"model": dict(model_config.to_dict()),
             "data": dict(data_overrides or {})}
   if objective is not None:
@@ -295,16 +311,17 @@ def save_hf_model(out_dir: str, params, model_config, *,
   config.json (the family's config conversion, plus its own fields, e.g.
   id2label from `label_names` for classification) + model.safetensors
   (float32, tied weights written explicitly) + tokenizer files, the pad id
-  read from the tokenizer. `untrained_heads` (HF prefixes) are flagged: a
-  warning, a note file, and a key in config.json. The checks (params vs
-  model.vocab_size, tokenizer vs vocab_size) run before anything is written.
+  read from the tokenizer. With a tokenizer smaller than the table, the
+  rows past it (padding, no token) are left out and config.json's
+  vocab_size is the tokenizer's (``hf.vocab``). `untrained_heads` (HF
+  prefixes) are flagged: a warning, a note file, and a key in config.json.
+  The checks (params vs model.vocab_size, tokenizer vs vocab_size) run
+  before anything is written.
   """
   fam = mapping.get(family)
-  sd = mapping.to_hf_state_dict(params, family=family)
-  word = next(r.hf for r in fam.rows
-              if r.ours.endswith(("word_embeddings", "tok_embeddings")))
-  if int(sd[word].shape[0]) != int(model_config.vocab_size):
-    raise ValueError("params do not match model.vocab_size.")
+  if vocab.rows(params) != int(model_config.vocab_size):
+    raise ValueError(f"The params have {vocab.rows(params)} vocabulary rows "
+                     f"but model.vocab_size={model_config.vocab_size}.")
   pad_id, tok = 0, None
   if tokenizer is not None:
     tok = tokenizer_files.build_hf_tokenizer(tokenizer)
@@ -312,11 +329,20 @@ def save_hf_model(out_dir: str, params, model_config, *,
     if n_tok > int(model_config.vocab_size):
       raise ValueError(f"The tokenizer has {n_tok} tokens but "
                        f"model.vocab_size={model_config.vocab_size}.")
+    if n_tok < int(model_config.vocab_size):  # Padded rows: no token.
+      logging.info("Vocabulary: the tokenizer has %d tokens; the %d rows of "
+                   "the table past them are left out (config.json "
+                   "vocab_size=%d).", n_tok,
+                   int(model_config.vocab_size) - n_tok, n_tok)
+      params = vocab.trim(params, n_tok)
+      model_config = ml_collections.ConfigDict(model_config.to_dict())
+      model_config.vocab_size = n_tok
     pad = tok.token_to_id(tokenizer_files.SPECIAL_TOKENS["pad_token"])
     pad_id = 0 if pad is None else pad
+  sd = mapping.to_hf_state_dict(params, family=family)
   os.makedirs(out_dir, exist_ok=True)
-  save_file(sd, os.path.join(out_dir, "model.safetensors"),
-            metadata={"format": "pt"})
+  write_safetensors(os.path.join(out_dir, "model.safetensors"), sd,
+                    {"format": "pt"})
   written = ["config.json", "model.safetensors"]
   tok_cfg = {}
   if tok is not None:

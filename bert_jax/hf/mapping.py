@@ -123,6 +123,9 @@ class Family:
   config_from_hf: Callable | None = None
   # "{i}" rows (our path) that start at a later layer than 0.
   first_layer: Mapping[str, int] = dataclasses.field(default_factory=dict)
+  # (config.json dict) -> whether this table reads a directory of its class
+  # with that config (None: every one); else the model_type's table does.
+  reads: Callable | None = None
 
   def table(self, num_layers: int) -> list[Row]:
     """The rows with "{i}" expanded for `num_layers` encoder layers."""
@@ -158,13 +161,17 @@ SHAPE_FIELDS = {"word_embeddings": "vocab_size", "mlm_head.bias": "vocab_size",
 # on which modules some caller happened to import before.
 TABLE_MODULES = {
     "bert": "bert_jax.hf.bert",
-    "bert_classify": "bert_jax.hf.bert",
     "albert": "bert_jax.hf.families",
     "distilbert": "bert_jax.hf.families",
     "electra_discriminator": "bert_jax.hf.electra",
     "electra_generator": "bert_jax.hf.electra",
     "modernbert": "bert_jax.hf.modernbert",
     "modernbert_classify": "bert_jax.hf.modernbert",
+    # Fine-tuned classifiers, one per encoder family.
+    "bert_classify": "bert_jax.hf.classify",
+    "albert_classify": "bert_jax.hf.classify",
+    "electra_classify": "bert_jax.hf.classify",
+    "distilbert_classify": "bert_jax.hf.classify",
 }
 _LOADED: dict[str, Family] = {}
 
@@ -216,7 +223,8 @@ def for_hf_config(hf_config: Mapping[str, Any] | None) -> Family:
   model_type = hf_config.get("model_type", "bert")
   for fam in families().values():
     if arch and (fam.export_architecture or fam.default_architecture) == (
-        arch) and fam.model_type == model_type:
+        arch) and fam.model_type == model_type and (
+            fam.reads is None or fam.reads(hf_config)):
       return fam
   return get(model_type) if model_type in TABLE_MODULES else get()
 
@@ -227,7 +235,7 @@ def by_model_type(model_type: str) -> Family:
     if fam.model_type == model_type:
       return fam
   raise ValueError(f"config.json model_type={model_type!r}: only "
-                   f"{sorted(f.model_type for f in families().values())} "
+                   f"{sorted({f.model_type for f in families().values()})} "
                    "checkpoints can be imported.")
 
 

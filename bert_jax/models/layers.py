@@ -111,3 +111,6 @@ ACTIVATIONS = {
     "gelu": gelu,
     "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),  # tanh approx.
 }
+# model.pooler_act -> function: the pooler on [CLS] (BERT's tanh; the heads
+# HF puts on fine-tuned ELECTRA (gelu) and DistilBERT (relu) encoders).
+POOLER_ACTIVATIONS = {"tanh": jnp.tanh, "gelu": gelu, "relu": jax.nn.relu}

@@ -66,6 +66,10 @@ class Objective:
   # nested dicts of host arrays (e.g. load the teacher, copy its layers into
   # the student). Not called on resume: the checkpoint holds both.
   warm_start: Callable[..., Any] | None = None
+  # Optional paths a new run's params come from besides train.init_from
+  # (a distillation teacher): (config) -> {config field: path}. The run
+  # takes their tokenizer (training/start_from.py), checked at startup.
+  param_sources: Callable[..., dict] | None = None
   # Optional Hugging Face export of the trained params: (config, params) ->
   # one or more checkpoint_io.HFModel (subdirectory, hf.mapping family,
   # model config, params), each written as one HF directory. None: one
@@ -196,6 +200,15 @@ def masked_lm(config, params) -> checkpoint_io.HFModel:
   raise ValueError(
       f"A {config.objective.name!r} run holds no masked-LM head (its models: "
       f"{', '.join(m.family for m in models)}): nothing to fill masks with.")
+
+
+def encoder_name(config) -> str:
+  """The pretraining objective whose encoder a run's params hold: its own,
+  or for a fine-tuned classifier the one it was fine-tuned from
+  (``objective.encoder``, which picks its head and Hugging Face class)."""
+  if config.objective.name == "classify":
+    return config.objective.encoder
+  return config.objective.name
 
 
 def encoder_config(config):

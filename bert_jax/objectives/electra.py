@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import optax
 from flax import nnx
 
@@ -173,6 +174,15 @@ def flops_per_sequence(config) -> float:
                  + 6.0 * (d * d + d)))
 
 
+def encoder_config(config):
+  """The discriminator as fine-tuning's BertModel, its pooler the dense +
+  gelu that Hugging Face's ElectraClassificationHead puts on [CLS] (so a
+  fine-tuned ELECTRA exports to ElectraForSequenceClassification exactly)."""
+  model = ml_collections.ConfigDict(config.model.to_dict())
+  model.pooler_act = "gelu"
+  return model
+
+
 def encoder_params(params, config) -> dict:
   """The discriminator for fine-tuning (as the paper fine-tunes it): the
   shared embeddings, its E -> H projection when E != H, and its layers; the
@@ -211,4 +221,5 @@ OBJECTIVE = Objective(
               ("disc_acc", "disc_accuracy"), ("disc_prec", "disc_precision"),
               ("disc_rec", "disc_recall"), ("replaced", "replaced_share")),
     validate=validate, hf_export=hf_export,
-    flops=flops_per_sequence, encoder_params=encoder_params)
+    flops=flops_per_sequence, encoder_config=encoder_config,
+    encoder_params=encoder_params)

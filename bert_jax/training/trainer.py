@@ -23,6 +23,7 @@ from bert_jax.training import phases as phases_lib
 from bert_jax.training import preemption
 from bert_jax.training import pretraining_input as pretraining_data
 from bert_jax.training import sharding
+from bert_jax.training import start_from
 from bert_jax.training import steps as steps_lib
 from bert_jax.training import utilization
 
@@ -325,6 +326,7 @@ class Trainer:
       logging.info("Checkpoint is at step %d >= train.num_steps=%d: nothing "
                    "to do.", start_step, train.num_steps)
     t_last, step_last = time.time(), start_step
+    window = []  # (loss, finite) of the steps since the last log line.
     for step in range(start_step, train.num_steps):
       if step >= self._phase.end:
         self._enter_phase(phases_lib.at_step(self.phases, step), step)
@@ -337,9 +339,12 @@ class Trainer:
       done = step + 1
       self.checkpointer.check_for_errors()  # A failed async save stops here.
       self._nonfinite.observe(done, metrics["finite"])
+      window.append((metrics["loss"], metrics["finite"]))  # No host sync.
       is_last = done == train.num_steps
       if done % train.log_every == 0 or is_last:
         metrics = jax.device_get(metrics)
+        metrics.update(_window_loss(jax.device_get(window), done))
+        window = []
         now = time.time()
         tps = tokens_per_step * (done - step_last) / max(now - t_last, 1e-9)
         t_last, step_last = now, done
@@ -398,6 +403,16 @@ class Trainer:
       self._preemption.close()
 
 
+def _window_loss(window, done: int) -> dict:
+  """The mean training loss over the steps since the last log line (the
+  last train.log_every steps, fewer at the end), finite steps only: one
+  batch's loss is noise, this is the number a summary reports."""
+  losses = [float(l) for l, finite in window if bool(finite)]
+  return dict(window_loss=float(np.mean(losses)) if losses else float("nan"),
+              window_first_step=done - len(window) + 1,
+              window_steps=len(losses))
+
+
 def run_trainer(trainer: Trainer, lock) -> dict:
   """Run `trainer` under the workdir `lock` (checked before every save)."""
   trainer.checkpointer.guard = lock.verify
@@ -416,5 +431,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   """
   phases = config_checks.validate(config, jax.device_count(),
                                   jax.process_count())
+  config = start_from.resolve(config, workdir)  # The tokenizer of init_from.
   with workdir_lock.hold(workdir, take_over=take_over_workdir) as lock:
     return run_trainer(Trainer(config, workdir, phases=phases), lock)
