@@ -209,9 +209,9 @@ def validate(config) -> None:
   anything is written: the generator's size (objective.generator_hidden_size
   in (0, 1], heads that divide it) and packed input (no sentence-pair
   head)."""
+  check_packed_input(config, "ELECTRA")  # First: the cause, not a symptom.
   data_checks.check_pretraining(config)
   electra_model.generator_config(config)
-  check_packed_input(config, "ELECTRA")
 
 
 OBJECTIVE = Objective(

@@ -111,8 +111,8 @@ def validate(config) -> None:
   """The pretraining pipeline's checks; no sentence-pair head: NSP / SOP
   batches are refused."""
   model_lib.validate_model_config(config.model)
+  check_packed_input(config, "ModernBERT")  # First: the cause, not a symptom.
   data_checks.check_pretraining(config)
-  check_packed_input(config, "ModernBERT")
 
 
 def finetune_params(pretrained, fresh) -> dict:

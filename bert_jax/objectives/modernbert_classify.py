@@ -30,6 +30,7 @@ OBJECTIVE = Objective(
     name="modernbert_classify", make_model=make_model,
     feature_spec=classify.feature_spec, loss_sums=classify.loss_sums,
     counts=classify.counts, loss=classify.loss, metrics=classify.metrics,
-    log_keys=classify.OBJECTIVE.log_keys, validate=validate,
+    log_keys=classify.OBJECTIVE.log_keys, predict=classify.predict,
+    validate=validate,
     finetune_objective="modernbert_classify",
     finetune_params=modernbert.finetune_params)
