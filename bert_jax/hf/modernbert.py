@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from bert_jax import config_lib
 from bert_jax.hf import mapping
-from bert_jax.hf.bert import classification_fields
+from bert_jax.hf.classify import classification_fields
 from bert_jax.models import layers
 from bert_jax.models import modernbert as model_lib
 from bert_jax.models import rope_attention
