@@ -140,6 +140,28 @@ def run_layers(layers, x, mask_bias, remat_policy: str, *, deterministic,
   return x
 
 
+class EmbeddingsProjection(Dense):
+  """The E -> H dense after factorized embeddings (ELECTRA, ALBERT).
+
+  A Dense (same parameter names: ``embeddings_project/{kernel,bias}``) whose
+  output is constrained to the activation layout, so every encoder that
+  projects shards its hidden states the same way.
+  """
+
+  def __call__(self, x):
+    return logical.constrain(super().__call__(x), (
+        "activation_batch", "activation_length", "activation_embed"))
+
+
+def embeddings_projection(config, rngs: nnx.Rngs):
+  """The one place the projection is built: an EmbeddingsProjection when
+  ``model.embedding_size`` E differs from H, else None (BERT)."""
+  e, h = embedding_size(config), config.hidden_size
+  if e == h:
+    return None
+  return EmbeddingsProjection(config, e, h, (None, "embed"), rngs=rngs)
+
+
 class Encoder(nnx.Module):
   """Embedded input [B,T,E] -> hidden states [B,T,H]: an optional
   ``embeddings_project`` (E -> H, only when E != H) and the layer stack.
@@ -150,9 +172,7 @@ class Encoder(nnx.Module):
 
   def __init__(self, config, *, rngs: nnx.Rngs):
     validate_model_config(config)
-    e, h = embedding_size(config), config.hidden_size
-    self.embeddings_project = (
-        Dense(config, e, h, (None, "embed"), rngs=rngs) if e != h else None)
+    self.embeddings_project = embeddings_projection(config, rngs)
     self.layers = nnx.List(
         [Layer(config, rngs=rngs) for _ in range(config.num_hidden_layers)])
     self.remat_policy = config.remat_policy
@@ -160,8 +180,6 @@ class Encoder(nnx.Module):
   def __call__(self, x, input_mask, *, deterministic=True, rngs=None):
     if self.embeddings_project is not None:
       x = self.embeddings_project(x)
-      x = logical.constrain(x, ("activation_batch", "activation_length",
-                                "activation_embed"))
     return run_layers(self.layers, x, attention_bias(input_mask),
                       self.remat_policy, deterministic=deterministic,
                       rngs=rngs)
@@ -188,9 +206,7 @@ class BertModel(nnx.Module):
   def __init__(self, config, *, rngs: nnx.Rngs, add_pooling_layer=True):
     validate_model_config(config)
     self.embeddings = Embeddings(config, rngs=rngs)
-    e, h = embedding_size(config), config.hidden_size
-    self.embeddings_project = (
-        Dense(config, e, h, (None, "embed"), rngs=rngs) if e != h else None)
+    self.embeddings_project = embeddings_projection(config, rngs)
     self.layers = nnx.List(
         [Layer(config, rngs=rngs) for _ in range(config.num_hidden_layers)])
     self.remat_policy = config.remat_policy
