@@ -1,0 +1,147 @@
+"""conlleval entity scores and the official SQuAD metrics on fixed cases.
+
+Every expected number is computed by hand in the comment beside it (or is
+what conlleval / evaluate-v2.0.py print for the case); nothing is taken from
+the code under test.
+"""
+
+import pytest
+
+from bert_jax.downstream import entity_metrics as em
+from bert_jax.downstream import squad_metrics as sm
+
+
+# --- conlleval ---------------------------------------------------------------
+@pytest.mark.parametrize("tags,expected", [
+    # IOB2.
+    (["B-PER", "I-PER", "O", "B-LOC"], [("PER", 0, 1), ("LOC", 3, 3)]),
+    # I- without B- starts an entity (conlleval, not seqeval's strict mode).
+    (["O", "I-PER", "I-PER", "O"], [("PER", 1, 2)]),
+    # A type change inside an entity splits it in two.
+    (["B-PER", "I-LOC", "I-LOC"], [("PER", 0, 0), ("LOC", 1, 2)]),
+    # B after I of the same type: a new entity (IOB1's separator).
+    (["I-LOC", "I-LOC", "B-LOC", "I-LOC"], [("LOC", 0, 1), ("LOC", 2, 3)]),
+    # B B: two one-word entities.
+    (["B-ORG", "B-ORG"], [("ORG", 0, 0), ("ORG", 1, 1)]),
+    # BIOES: S is a one-word entity, E closes one, I after E starts one.
+    (["S-PER", "B-LOC", "I-LOC", "E-LOC", "I-LOC", "O"],
+     [("PER", 0, 0), ("LOC", 1, 3), ("LOC", 4, 4)]),
+    (["E-MISC", "O"], [("MISC", 0, 0)]),
+    (["O", "O"], []),
+])
+def test_conlleval_chunks(tags, expected):
+  assert em.entities(tags) == expected
+
+
+def test_iob1_and_its_iob2_conversion_give_the_same_entities():
+  iob1 = ["I-PER", "I-PER", "O", "I-LOC", "B-LOC", "I-LOC", "O", "I-ORG"]
+  iob2 = ["B-PER", "I-PER", "O", "B-LOC", "B-LOC", "I-LOC", "O", "B-ORG"]
+  assert em.entities(iob1) == em.entities(iob2) == [
+      ("PER", 0, 1), ("LOC", 3, 3), ("LOC", 4, 5), ("ORG", 7, 7)]
+
+
+def test_entity_scores_by_hand():
+  gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O", "B-PER"]]
+  pred = [["B-PER", "I-PER", "O", "B-ORG"],  # PER right, LOC->ORG wrong
+          ["B-ORG", "I-ORG", "B-PER"]]       # ORG too long, PER right
+  s = em.entity_scores(gold, pred)
+  # gold entities: PER, LOC, ORG, PER = 4; predicted: PER, ORG, ORG, PER = 4;
+  # correct: PER (0,1) and PER (2,2) = 2 -> P = R = F1 = 0.5.
+  assert (s["precision"], s["recall"], s["f1"]) == (0.5, 0.5, 0.5)
+  # words: 7, right tags: 5 (all but B-LOC->B-ORG and O->I-ORG).
+  assert s["accuracy"] == pytest.approx(5 / 7)
+  assert s["per_type"]["PER"] == dict(precision=1.0, recall=1.0, f1=1.0,
+                                      support=2, predicted=2)
+  # ORG: gold 1, predicted 2, correct 0; LOC: gold 1, predicted 0.
+  assert s["per_type"]["ORG"]["precision"] == 0.0
+  assert s["per_type"]["ORG"]["predicted"] == 2
+  assert s["per_type"]["LOC"] == dict(precision=0.0, recall=0.0, f1=0.0,
+                                      support=1, predicted=0)
+
+
+def test_entity_scores_precision_and_recall_differ():
+  gold = [["B-PER", "O", "B-LOC", "O"]]
+  pred = [["B-PER", "O", "O", "O"]]
+  s = em.entity_scores(gold, pred)
+  # 1 predicted, 1 correct, 2 gold: P 1, R 0.5, F1 2/3.
+  assert (s["precision"], s["recall"]) == (1.0, 0.5)
+  assert s["f1"] == pytest.approx(2 / 3)
+  empty = em.entity_scores([["O", "O"]], [["O", "O"]])
+  assert (empty["precision"], empty["recall"], empty["f1"]) == (0, 0, 0)
+  assert empty["accuracy"] == 1.0
+
+
+def test_conll_lines_are_conlleval_input():
+  lines = em.conll_lines([["Jim", "runs"], ["Paris"]],
+                         [["B-PER", "O"], ["B-LOC"]],
+                         [["B-PER", "O"], ["O"]])
+  assert lines == ["Jim B-PER B-PER", "runs O O", "", "Paris B-LOC O", ""]
+
+
+# --- SQuAD -------------------------------------------------------------------
+@pytest.mark.parametrize("text,normal", [
+    ("The Cat", "cat"),                      # case, article
+    ("  a  dog,  an   owl.  ", "dog owl"),   # articles, punctuation, spaces
+    ("Theatre of the Absurd", "theatre of absurd"),  # "the" as a word only
+    ("Café—Noir!", "café—noir"),             # Unicode kept, ASCII ! removed
+    ("«Ébène»", "«ébène»"),                  # guillemets are not ASCII
+    ("1,000", "1000"),
+    ("the", ""),
+])
+def test_normalize_answer_as_the_official_script(text, normal):
+  assert sm.normalize_answer(text) == normal
+
+
+def test_exact_and_f1_by_hand():
+  assert sm.exact("The Eiffel Tower", "eiffel tower!") == 1.0
+  # gold tokens [eiffel, tower], pred [tower, in, paris]: 1 common;
+  # P 1/3, R 1/2, F1 = 2 * (1/6) / (5/6) = 0.4.
+  assert sm.f1("the Eiffel Tower", "tower in Paris") == pytest.approx(0.4)
+  # Repeated tokens count with multiplicity: gold [a1 a1 b], pred [a1 a1 a1]:
+  # common 2; P 2/3, R 2/3.
+  assert sm.f1("x x y", "x x x") == pytest.approx(2 / 3)
+  # Empty sides: v2 gives 1 when both are empty, v1.1 gives 0.
+  assert sm.f1("", "", version_2=True) == 1.0
+  assert sm.f1("", "", version_2=False) == 0.0
+  assert sm.f1("the", "a cat", version_2=True) == 0.0
+
+
+def test_maximum_over_gold_answers():
+  gold = {"q": ["Denver Broncos", "the Broncos", "Broncos"]}
+  scores, _ = sm.evaluate(gold, {"q": "Broncos"}, version_2=False)
+  assert scores == dict(exact=1.0, f1=1.0)
+  scores, _ = sm.evaluate(gold, {"q": "Denver"}, version_2=False)
+  # vs "Denver Broncos": P 1, R 1/2 -> F1 2/3 (the best of the three).
+  assert scores["exact"] == 0.0 and scores["f1"] == pytest.approx(2 / 3)
+
+
+def test_v2_no_answer_scoring_and_best_threshold():
+  gold = {"a": ["Paris"], "b": ["in 1999"], "c": [], "d": []}
+  preds = {"a": "Paris", "b": "", "c": "", "d": "London"}
+  odds = {"a": -3.0, "b": 2.0, "c": 1.0, "d": -1.0}
+  scores, extras = sm.evaluate(gold, preds, version_2=True, null_odds=odds)
+  # exact: a 1, b 0 (answerable, predicted null), c 1 (null right), d 0.
+  assert scores["exact"] == 0.5 and scores["f1"] == 0.5
+  assert scores["HasAns_exact"] == 0.5 and scores["NoAns_exact"] == 0.5
+  assert extras["HasAns_total"] == 2 and extras["NoAns_total"] == 2
+  # find_best_thresh: start at 2 (all null: c, d right); sorted by odds:
+  # a (-3): +1 -> 3 (best, thresh -3); d (-1): pred "London" -> -1 -> 2;
+  # c (1): pred "" -> 0 -> 2; b (2): score 0 -> 2. Best 3/4 at -3.
+  assert scores["best_exact"] == 0.75 and extras["best_exact_thresh"] == -3.0
+  assert scores["best_f1"] == 0.75 and extras["best_f1_thresh"] == -3.0
+
+
+def test_v2_gold_that_normalises_empty_is_a_null_answer():
+  # "The" normalises to "": the gold becomes [""], but the question is still
+  # answerable (it has answers), as in evaluate-v2.0.py.
+  gold = {"q": ["The"]}
+  scores, extras = sm.evaluate(gold, {"q": ""}, version_2=True)
+  assert scores["exact"] == 1.0 and extras["HasAns_total"] == 1
+
+
+def test_missing_prediction_v1_counts_zero_v2_is_left_out():
+  gold = {"a": ["x"], "b": ["y"]}
+  v1, _ = sm.evaluate(gold, {"a": "x"}, version_2=False)
+  assert v1["exact"] == 0.5
+  v2, extras = sm.evaluate(gold, {"a": "x"}, version_2=True)
+  assert v2["exact"] == 1.0 and extras["missing"] == 1
