@@ -1,6 +1,8 @@
 """BERT's Hugging Face tables: ``bert`` (BertForPreTraining / MaskedLM /
-BertModel) and ``bert_classify`` (BertForSequenceClassification: BERT's
-encoder rows plus the classifier).
+BertModel), ``bert_classify`` (BertForSequenceClassification: BERT's
+encoder rows plus the classifier), ``bert_token_classify``
+(BertForTokenClassification) and ``bert_qa`` (BertForQuestionAnswering):
+the encoder without pooler plus ``classifier`` / ``qa_outputs``.
 
 Export writes ``classifier.weight`` (our kernel transposed) and
 ``classifier.bias``; import fills a missing classifier fresh (a BertModel or
@@ -116,4 +118,63 @@ BERT_CLASSIFY = mapping.register(mapping.Family(
     export_architecture="BertForSequenceClassification",
     objectives=("classify",),
     config_fields=classification_fields,
+))
+
+
+# --------------------------------------------------------------------------
+# Token tagging and extractive QA: BERT's encoder (no pooler) plus a head.
+_ENCODER_ROWS = tuple(r for r in BERT.rows if r.ours.startswith("bert.")
+                      and not r.ours.startswith("bert.pooler"))
+
+
+def _bert_token_model(model_config, rngs):
+  return model_lib.BertForTokenClassification(model_config, rngs=rngs)
+
+
+def token_classification_fields(model_config, label_names=()) -> dict:
+  """config.json entries of HF token classification: num_labels and
+  id2label / label2id (the run's tag names, else LABEL_i)."""
+  fields = classification_fields(model_config, label_names)
+  fields.pop("problem_type")
+  return fields
+
+
+BERT_TOKEN_CLASSIFY = mapping.register(mapping.Family(
+    name="bert_token_classify", model_type="bert",
+    make_model=_bert_token_model,
+    rows=_ENCODER_ROWS + (
+        mapping.Row("classifier.kernel", "classifier.weight", "output_weights", True, True),
+        mapping.Row("classifier.bias", "classifier.bias", "output_bias", False, False),
+    ),
+    heads={"classifier": "classifier"},
+    architectures=(("classifier.", "BertForTokenClassification"),),
+    default_architecture="BertModel",
+    base_prefix="bert.",
+    shape_fields=dict(BERT.shape_fields, classifier="num_labels"),
+    export_architecture="BertForTokenClassification",
+    objectives=("token_classify",),
+    config_fields=token_classification_fields,
+))
+
+
+def _bert_qa_model(model_config, rngs):
+  return model_lib.BertForQuestionAnswering(model_config, rngs=rngs)
+
+
+BERT_QA = mapping.register(mapping.Family(
+    name="bert_qa", model_type="bert", make_model=_bert_qa_model,
+    # google-research/bert's run_squad names the head cls/squad/output_*.
+    rows=_ENCODER_ROWS + (
+        mapping.Row("qa_outputs.kernel", "qa_outputs.weight", "cls/squad/output_weights", True, True),
+        mapping.Row("qa_outputs.bias", "qa_outputs.bias", "cls/squad/output_bias", False, False),
+    ),
+    heads={"qa_outputs": "qa_outputs"},
+    architectures=(("qa_outputs.", "BertForQuestionAnswering"),),
+    default_architecture="BertModel",
+    base_prefix="bert.",
+    shape_fields=dict(BERT.shape_fields),
+    export_architecture="BertForQuestionAnswering",
+    objectives=("span_qa",),
+    # HF sizes qa_outputs by num_labels: 2 (start, end).
+    config_fields=lambda model_config, label_names=(): dict(num_labels=2),
 ))

@@ -101,6 +101,8 @@ class Family:
 TABLE_MODULES = {
     "bert": "bert_jax.hf.bert",
     "bert_classify": "bert_jax.hf.bert",
+    "bert_token_classify": "bert_jax.hf.bert",
+    "bert_qa": "bert_jax.hf.bert",
     "albert": "bert_jax.hf.families",
     "distilbert": "bert_jax.hf.families",
     "electra_discriminator": "bert_jax.hf.electra",

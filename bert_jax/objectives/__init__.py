@@ -82,6 +82,8 @@ _MODULES = {
     "classify": "bert_jax.objectives.classify",
     "electra": "bert_jax.objectives.electra",
     "distil": "bert_jax.objectives.distil",
+    "span_qa": "bert_jax.objectives.span_qa",
+    "token_classify": "bert_jax.objectives.token_classify",
 }
 
 
