@@ -44,6 +44,7 @@ class SpanTask:
   version_2: bool
   eval_splits: tuple[str, ...] = ("validation",)
   train_split: str = "train"
+  num_labels: int = 2  # The head's width: start and end.
 
 
 def check_example(ex: QAExample, where: str) -> None:

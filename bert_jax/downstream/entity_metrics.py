@@ -103,9 +103,11 @@ def entity_scores(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]
 def conll_lines(words: Sequence[Sequence[str]], gold: Sequence[Sequence[str]],
                 pred: Sequence[Sequence[str]]) -> list[str]:
   """``word gold predicted`` per line, a blank line after each sentence:
-  the input conlleval reads (``conlleval < predictions.conll``)."""
+  the input conlleval reads (``conlleval < predictions.conll``). Whitespace
+  inside a word (possible in JSONL tokens) becomes "_"."""
   lines = []
   for ws, gs, ps in zip(words, gold, pred):
-    lines += [f"{w} {g} {p}" for w, g, p in zip(ws, gs, ps)]
+    lines += [f"{'_'.join(w.split()) or '_'} {g} {p}"
+              for w, g, p in zip(ws, gs, ps)]
     lines.append("")
   return lines

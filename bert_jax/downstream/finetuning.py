@@ -7,11 +7,22 @@
 `train.init_from` is anything `bert_jax.pretrained` resolves: a pretraining
 workdir (latest step, or `--config.train.init_from_step`), a step directory,
 an imported directory, a Hugging Face BERT directory or a Google TF
-checkpoint. The encoder comes from there, the classifier is new. Training is
-the pretraining `Trainer` (same mesh, sharding rules, optimizer, Orbax
-checkpoints and exact resume) with the `classify` objective and the task's
-bucketed batches; evaluation runs over every validation example and writes
-the task's official metrics to `OUT/results.json`, TensorBoard and a table.
+checkpoint. The encoder comes from there, the head is new. Training is the
+pretraining `Trainer` (same mesh, sharding rules, optimizer, Orbax
+checkpoints and exact resume) with the task kind's objective and bucketed
+batches; evaluation runs over every validation example and writes the
+task's official metrics to `OUT/results.json`, TensorBoard and a table, and
+per-example predictions to `OUT/predictions/<split>/`.
+
+Task kinds (`task.kind`, else from `task.name`), each one module:
+  sentence  `sentence_tasks`: GLUE, CSV / TSV / JSONL; `classify`
+  token     `token_tasks`: CoNLL, JSONL, TFDS conll2003; `token_classify`
+  span      `span_tasks`: SQuAD v1.1 / v2.0 JSON or TFDS; `span_qa`
+A kind module gives KIND, OBJECTIVE, `read(config, workdir)` -> (task,
+train, {split: eval}), `Input(config, tok, task, train, evals)` (train_iter,
+eval_splits, num_train), `Scorer(task, input, config)` (`score(split,
+[(example_index, outputs)])` -> metrics, `details`, `write(dir)`) and
+`main_score(metrics)`.
 
 `--sweep_learning_rates=2e-5,3e-5,5e-5 --sweep_seeds=0,1,2` runs one
 fine-tuning per pair under OUT/lr<lr>-seed<seed>/ and reports, per task, the
@@ -37,15 +48,20 @@ from bert_jax import objectives
 from bert_jax import pretrained
 from bert_jax.checkpoints import reading as checkpoint_reading
 from bert_jax.checkpoints import workdir_lock
-from bert_jax.data import task_sources
+from bert_jax.data import feature_batches
+from bert_jax.data import squad_sources
+from bert_jax.data import token_sources
 from bert_jax.data import tokenizers
 from bert_jax.downstream import metrics as task_metrics
-from bert_jax.objectives import classify
+from bert_jax.downstream import sentence_tasks
+from bert_jax.downstream import span_tasks
+from bert_jax.downstream import token_tasks
 from bert_jax.training import config_checks
 from bert_jax.training import sharding
 from bert_jax.training import trainer as trainer_lib
 
 RESULTS_FILE = "results.json"
+PREDICTIONS_DIR = "predictions"
 SWEEP_FILE = "sweep.json"
 # Architecture fields taken from the checkpoint; the rest of `model`
 # (dropout, dtype, attention kind) stays as this config sets it.
@@ -55,26 +71,35 @@ _KEEP_FROM_CONFIG = ("hidden_dropout_prob", "attention_probs_dropout_prob",
 
 
 # ==============================================================================
-# Task and config.
+# Task kinds and config.
 # ==============================================================================
-def read_task(config, workdir: str):
-  """(task spec, train rows, {eval split: rows}). GLUE comes from
-  task.tfds_data_dir; any other task.name reads the user's files, whose
-  string labels are mapped once and saved as workdir/label_map.json."""
+# task.kind -> the module that reads, batches and scores that kind of task.
+KINDS = {m.KIND: m for m in (sentence_tasks, token_tasks, span_tasks)}
+
+
+def task_kind(config):
+  """The task-kind module of `config`: task.kind, or from task.name (TFDS
+  conll2003 -> token, squad/* -> span, else sentence)."""
   t = config.task
-  user = not t.name.startswith("glue/")
-  if user and not (t.train_file and t.validation_file):
-    raise ValueError(f"task.name={t.name!r} is not a GLUE task, so it reads "
-                     "your files: set task.train_file and "
-                     "task.validation_file (CSV, TSV or JSONL).")
-  spec, rows = task_sources.load_task(
-      t.name, tfds_data_dir=t.tfds_data_dir, train_path=t.train_file,
-      validation_path=t.validation_file,
-      text_field=t.text_field if user else "",
-      text_pair_field=t.text_pair_field, label_field=t.label_field,
-      regression=t.regression, label_order=t.label_order, label_dir=workdir)
-  train = rows.pop(spec.train_split)
-  return spec, train, rows
+  named = ("token" if t.name in token_sources.TFDS_TASKS else
+           "span" if t.name in squad_sources.TFDS_TASKS else "")
+  kind = t.get("kind", "") or named or "sentence"
+  if kind not in KINDS:
+    raise ValueError(f"task.kind={kind!r} must be one of {sorted(KINDS)}.")
+  if named and kind != named:
+    raise ValueError(f"task.name={t.name!r} is a {named} task; task.kind="
+                     f"{kind!r} contradicts it (leave task.kind empty).")
+  return KINDS[kind]
+
+
+def read_task(config, workdir: str):
+  """(task, train rows, {eval split: rows}) of the config's task kind."""
+  return task_kind(config).read(config, workdir)
+
+
+def task_input(config, tok, task, train, evals):
+  """The kind's input: train_iter, eval_splits / eval_batches, num_train."""
+  return task_kind(config).Input(config, tok, task, train, evals)
 
 
 def source_objective(source):
@@ -91,7 +116,7 @@ def source_objective(source):
 
 
 def encoder_model_config(source):
-  """The BertModel the classifier wraps: the objective's encoder config
+  """The BertModel the head wraps: the objective's encoder config
   (ELECTRA's discriminator, DistilBERT's student) or the source's model."""
   objective, full = source_objective(source)
   if objective.encoder_config is not None and full is not None:
@@ -99,14 +124,17 @@ def encoder_model_config(source):
   return pretrained.load_model_config(source)
 
 
-def resolve_config(config, source, spec, num_train: int):
-  """The run's full config: the checkpoint's architecture, the task's head
-  width, and num_steps / warmup_steps derived from epochs when unset."""
+def resolve_config(config, source, task, num_train: int):
+  """The run's full config: the checkpoint's architecture, the task kind's
+  objective and head width, and num_steps / warmup_steps derived from
+  epochs (over `num_train` training rows or windows) when unset."""
+  kind = task_kind(config)
   config = ml_collections.ConfigDict(config.to_dict())  # Unlocked copy.
+  config.objective.name = kind.OBJECTIVE
   model = config_lib.complete_model(encoder_model_config(source).to_dict())
   for field in _KEEP_FROM_CONFIG:
     model[field] = config.model[field]
-  model.num_labels = spec.num_labels
+  model.num_labels = task.num_labels
   config.model = model
   if int(model.type_vocab_size) < 2:  # No segment table (DistilBERT).
     # Pretraining's sentence-pair setting is moot here; its check would
@@ -121,49 +149,28 @@ def resolve_config(config, source, spec, num_train: int):
 
 
 # ==============================================================================
-# Input: the task's bucketed batches, as the Trainer expects them.
-# ==============================================================================
-class TaskInput:
-  """Train iterator (checkpointable) and per-split eval batches."""
-
-  def __init__(self, config, tok, train_rows, eval_rows: dict):
-    from bert_jax.data import task_data  # TensorFlow: only when training.
-    proc = dict(process_index=jax.process_index(),
-                process_count=jax.process_count())
-    shape = dict(seq_length=config.data.seq_length,
-                 buckets=tuple(config.task.buckets))
-    self.train_iter = task_data.create_train_iterator(
-        train_rows, tok, batch_size=config.train.batch_size,
-        seed=config.train.seed, **shape, **proc)
-    self.eval_splits = {
-        split: task_data.eval_batches(rows, tok, batch_size=config.train
-                                      .batch_size, **shape, **proc)
-        for split, rows in eval_rows.items()}
-    self.eval_batches = [b for bs in self.eval_splits.values() for b in bs]
-
-  def eval_extras(self) -> dict:
-    return {}
-
-
-# ==============================================================================
 # Evaluation: every validation example, the task's official metrics.
 # ==============================================================================
 class Evaluator:
-  """Runs the classifier over each eval split and scores the predictions."""
+  """Runs the model over each eval split; the task kind's Scorer turns the
+  outputs into its official metrics (and keeps the predictions)."""
 
-  def __init__(self, spec, task_input: TaskInput, config):
-    self.spec, self.input, self.config = spec, task_input, config
+  def __init__(self, scorer, task_input, config):
+    self.scorer, self.input, self.config = scorer, task_input, config
     self.scores: dict = {}  # {split: {metric: value}} of the last call.
-    self.examples: dict = {}  # {split: rows scored} (padding excluded).
     self._predict = None
 
   def _predict_fn(self, trainer):
+    """Jitted (loss sums, objective outputs) of a global batch."""
     if self._predict is None:
       p = trainer.programs
+      objective, config = p.objective, self.config
 
       def predict(params, batch):
         model = nnx.merge(p.graphdef, params)
-        return classify.logits(model, batch, None, True)
+        sums = objective.loss_sums(model, batch, jax.random.key(0), True,
+                                   config)
+        return sums, objective.predict(model, batch, config)
 
       self._predict = jax.jit(
           predict, in_shardings=(p.state_sharding["params"], p.batch_sharding),
@@ -173,28 +180,23 @@ class Evaluator:
   def __call__(self, trainer, params) -> dict:
     predict = self._predict_fn(trainer)
     names = trainer.programs.objective.feature_spec(self.config)
-    metrics, total_loss, total_weight = {}, 0.0, 0.0
+    metrics, totals = {}, {}
     for split, batches in self.input.eval_splits.items():
-      outs, labels, weights = [], [], []
+      collected = []
       for local in batches:
         model_in = {k: local[k] for k in names}
         batch = sharding.global_batch(model_in, trainer.batch_sharding)
         with trainer.programs.context():
-          outs.append(np.asarray(jax.device_get(predict(params, batch))))
-        labels.append(_global_rows(local["labels"]))
-        weights.append(_global_rows(local["example_weights"]))
-      out = np.concatenate(outs) if outs else np.zeros((0, 1), np.float32)
-      y = np.concatenate(labels) if labels else np.zeros((0,))
-      w = np.concatenate(weights) if weights else np.zeros((0,))
-      scores = task_metrics.task_scores(
-          self.spec, y, task_metrics.predictions(out, self.spec), w)
+          sums, out = jax.device_get(predict(params, batch))
+        totals = {k: totals.get(k, 0.0) + float(v) for k, v in sums.items()}
+        collected.append((_global_rows(local[feature_batches.INDEX]), out))
+      scores = self.scorer.score(split, collected)
       self.scores[split] = scores
-      self.examples[split] = int(round(float(w.sum())))
       prefix = "" if len(self.input.eval_splits) == 1 else f"{split}/"
       metrics.update({prefix + k: v for k, v in scores.items()})
-      loss_sum, weight = _loss_sum(out, y, w, self.spec.regression)
-      total_loss, total_weight = total_loss + loss_sum, total_weight + weight
-    metrics["loss"] = total_loss / max(total_weight, 1.0)
+    objective = trainer.programs.objective
+    metrics["loss"] = (float(objective.loss(totals, totals, self.config))
+                       if totals else 0.0)
     return metrics
 
 
@@ -205,63 +207,59 @@ def _global_rows(local: np.ndarray) -> np.ndarray:
   return np.asarray(multihost_utils.process_allgather(local, tiled=True))
 
 
-def _loss_sum(out, labels, weights, regression: bool) -> tuple[float, float]:
-  """The objective's loss summed over real rows, in float64 on the host."""
-  out = out.astype(np.float64)
-  if regression:
-    err = out[:, 0] - labels
-    return float(np.sum(weights * err * err)), float(np.sum(weights))
-  shifted = out - out.max(axis=-1, keepdims=True)
-  logp = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
-  nll = -logp[np.arange(len(labels)), labels.astype(np.int64)]
-  return float(np.sum(weights * nll)), float(np.sum(weights))
-
-
 # ==============================================================================
 # One fine-tuning run.
 # ==============================================================================
+def _with_encoder(fresh_params, encoder) -> tuple[dict, list[str]]:
+  """Fresh params with the loaded encoder's entries that the head's model
+  has (a token / QA model has no pooler); returns what stayed fresh."""
+  params = dict(jax.device_get(fresh_params))
+  mine = dict(params["bert"])
+  fresh = sorted(set(mine) - set(encoder))  # e.g. a pooler the source lacks
+  mine.update({k: v for k, v in encoder.items() if k in mine})
+  params["bert"] = mine
+  return params, fresh
+
+
 def encoder_init(source, trainer, fresh_params):
   """Fresh params with the checkpoint's encoder (`bert` subtree) in place:
-  the classifier stays at its random init (reported), as in HF."""
+  the head stays at its random init (reported), as in HF."""
   objective, full = source_objective(source)
   if objective.encoder_params is not None and full is not None:
     # Another family's tree (ELECTRA, ALBERT, DistilBERT): loaded as its
     # run saved it, the encoder taken out by the objective.
     loaded, report = pretrained.load_params(source, full.model, config=full)
-    params = dict(jax.device_get(fresh_params))
     encoder = dict(objective.encoder_params(loaded, full))
-    fresh = sorted(set(params["bert"]) - set(encoder))  # e.g. the pooler.
-    params["bert"] = {**params["bert"], **encoder}
-    logging.info("Encoder (%s objective) from %s (%s); fresh: classifier%s.",
-                 objective.name, source.path, report,
-                 "".join(f", bert/{k}" for k in fresh))
-    return checkpoint_reading.place_params(
-        params, trainer.abstract_state["params"], source=source.path)
-  # Loaded with the source's own head width (an exported classifier of
-  # another task loads too); only its encoder is kept.
-  model_config = ml_collections.ConfigDict(trainer.config.model.to_dict())
-  model_config.num_labels = pretrained.load_model_config(source).get(
-      "num_labels", model_config.num_labels)
-  loaded, report = pretrained.load_params(source, model_config,
-                                          seed=trainer.config.train.seed)
-  if "bert" not in loaded:
-    raise ValueError(f"{source.path} holds no BERT encoder (no 'bert' params).")
-  params = dict(jax.device_get(fresh_params))
-  params["bert"] = loaded["bert"]
-  logging.info("Encoder from %s (%s); classifier initialized fresh.",
-               source.path, report)
-  return checkpoint_reading.place_params(params, trainer.abstract_state["params"],
-                                    source=source.path)
+  else:
+    # Loaded with the source's own head width (an exported classifier of
+    # another task loads too); only its encoder is kept.
+    model_config = ml_collections.ConfigDict(trainer.config.model.to_dict())
+    model_config.num_labels = pretrained.load_model_config(source).get(
+        "num_labels", model_config.num_labels)
+    loaded, report = pretrained.load_params(source, model_config,
+                                            seed=trainer.config.train.seed)
+    if "bert" not in loaded:
+      raise ValueError(f"{source.path} holds no BERT encoder (no 'bert' "
+                       "params).")
+    encoder = dict(loaded["bert"])
+  params, fresh = _with_encoder(fresh_params, encoder)
+  logging.info("Encoder (%s objective) from %s (%s); fresh: the head%s.",
+               objective.name, source.path, report,
+               "".join(f", bert/{k}" for k in fresh))
+  return checkpoint_reading.place_params(
+      params, trainer.abstract_state["params"], source=source.path)
 
 
 def run(config: ml_collections.ConfigDict, workdir: str, *,
         take_over_workdir: bool = False) -> dict:
   """Fine-tune per `config` in `workdir` (resuming) and evaluate; returns
-  the results written to workdir/results.json."""
+  the results written to workdir/results.json. The eval splits'
+  predictions files go to workdir/predictions/<split>/."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   if not config.train.init_from:
     raise ValueError("train.init_from is empty: name the checkpoint to "
                      "fine-tune (a workdir, step dir, HF or TF checkpoint).")
+  kind = task_kind(config)
   source = pretrained.resolve(config.train.init_from,
                               config.train.init_from_step or None)
   tok_spec = pretrained.tokenizer_spec(source)
@@ -269,44 +267,52 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
   # read, so check with the configured or a placeholder count).
   probe = ml_collections.ConfigDict(config.to_dict())
   probe.train.num_steps = max(1, probe.train.num_steps)
+  probe.objective.name = kind.OBJECTIVE
   config_checks.validate(probe, jax.device_count(), jax.process_count(),
                          check_sources=False)
   with workdir_lock.hold(workdir, take_over=take_over_workdir) as lock:
-    spec, train_rows, eval_rows = read_task(config, workdir)
-    config = resolve_config(config, source, spec, len(train_rows))
+    task, train_rows, eval_rows = kind.read(config, workdir)
+    tok = tokenizers.load(tok_spec.path, tok_spec.kind, tok_spec.lower_case)
+    inputs = kind.Input(config, tok, task, train_rows, eval_rows)
+    config = resolve_config(config, source, task, inputs.num_train)
     config_checks.validate(config, jax.device_count(), jax.process_count(),
                            check_sources=False)
-    tok = tokenizers.load(tok_spec.path, tok_spec.kind, tok_spec.lower_case)
     config_checks.check_tokenizer(config, tok)
     pretrained.record_tokenizer(workdir, tok)  # What an export ships with.
-    logging.info("Task %s: %d train rows, eval %s; %d steps of batch %d.",
-                 spec.name, len(train_rows),
+    logging.info("Task %s: %d train rows (%d %s), eval %s; %d steps of "
+                 "batch %d.", task.name, len(train_rows), inputs.num_train,
+                 "features" if kind is not sentence_tasks else "examples",
                  {k: len(v) for k, v in eval_rows.items()},
                  config.train.num_steps, config.train.batch_size)
-    task_input = TaskInput(config, tok, train_rows, eval_rows)
-    evaluator = Evaluator(spec, task_input, config)
+    scorer = kind.Scorer(task, inputs, config)
+    evaluator = Evaluator(scorer, inputs, config)
     trainer = trainer_lib.Trainer(
-        config, workdir, data=task_input,
-        objective=objectives.get("classify"), evaluate=evaluator,
+        config, workdir, data=inputs,
+        objective=objectives.get(kind.OBJECTIVE), evaluate=evaluator,
         init_params=lambda t, fresh: encoder_init(source, t, fresh))
     start = time.time()
     metrics = trainer_lib.run_trainer(trainer, lock)
     if not evaluator.scores:  # Resumed after the end: evaluate once more.
       evaluator(trainer, trainer.final_state["params"])
+    scores = evaluator.scores
     results = dict(
-        task=spec.name, init_from=source.path, init_step=source.step,
+        task=task.name, kind=kind.KIND,
+        init_from=source.path, init_step=source.step,
         step=int(config.train.num_steps), seconds=time.time() - start,
         learning_rate=config.train.learning_rate, seed=config.train.seed,
-        label_names=list(spec.label_names), scores=evaluator.scores,
-        eval_examples=evaluator.examples,
-        main_score=task_metrics.main_score(
-            {f"{s}/{k}": v for s, d in evaluator.scores.items()
-             for k, v in d.items()}),
+        label_names=list(getattr(task, "label_names", ())), scores=scores,
+        details=scorer.details,
+        eval_examples={k: len(v) for k, v in eval_rows.items()},
+        main_score=float(np.mean([kind.main_score(v)
+                                  for v in scores.values()])),
         train_loss=metrics.get("loss"))
     if jax.process_index() == 0:
+      results["predictions"] = [
+          os.path.relpath(p, workdir) for p in scorer.write(
+              os.path.join(workdir, PREDICTIONS_DIR))]
       with tf.io.gfile.GFile(os.path.join(workdir, RESULTS_FILE), "w") as f:
         json.dump(results, f, indent=1)
-  print(task_metrics.format_table({spec.name: evaluator.scores}))
+  print(task_metrics.format_table({task.name: scores}))
   return results
 
 

@@ -44,6 +44,11 @@ class Objective:
   metrics: Callable[..., dict]
   # (label on the log line, metric name) printed on every step line.
   log_keys: tuple[tuple[str, str], ...] = (("loss", "loss"),)
+  # Optional per-example outputs for evaluators that score every example
+  # (task metrics, predictions files): (model, batch, config) -> {name:
+  # array}, deterministic, each array with the batch's rows as its leading
+  # dimension (classification [B, C], token / span heads [B, T, ...]).
+  predict: Callable[..., dict] | None = None
   # Optional params held fixed while training, e.g. a distillation teacher:
   # (config, rngs) -> nnx.Module. They live in the train state as
   # state["frozen"], sharded by the same logical rules, with no gradient and

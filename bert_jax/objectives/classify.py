@@ -50,6 +50,12 @@ def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
               correct=jnp.sum(w * (jnp.argmax(out, -1) == labels)))
 
 
+def predict(model, batch, config) -> dict:
+  """Per-example logits [B, num_labels] (regression: [B, 1]), no dropout."""
+  del config
+  return dict(logits=logits(model, batch, None, True))
+
+
 def counts(batch, config) -> dict:
   del config
   return dict(examples=jnp.sum(batch["example_weights"]))
@@ -70,4 +76,4 @@ def metrics(sums, counts_, config) -> dict:
 OBJECTIVE = Objective(
     name="classify", make_model=make_model, feature_spec=feature_spec,
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
-    log_keys=(("loss", "loss"),))
+    log_keys=(("loss", "loss"),), predict=predict)

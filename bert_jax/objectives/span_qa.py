@@ -60,6 +60,13 @@ def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
               span_correct=jnp.sum(w * hit))
 
 
+def predict(model, batch, config) -> dict:
+  """Start and end logits [B, T] (padding masked), no dropout."""
+  del config
+  start, end = logits(model, batch, None, True)
+  return dict(start_logits=start, end_logits=end)
+
+
 def counts(batch, config) -> dict:
   del config
   return dict(examples=jnp.sum(batch["example_weights"]))
@@ -86,4 +93,5 @@ def flops(config) -> float:
 OBJECTIVE = Objective(
     name="span_qa", make_model=make_model, feature_spec=feature_spec,
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
-    log_keys=(("loss", "loss"), ("span_acc", "span_accuracy")), flops=flops)
+    log_keys=(("loss", "loss"), ("span_acc", "span_accuracy")), flops=flops,
+    predict=predict)

@@ -46,6 +46,12 @@ def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
               correct=jnp.sum(w * (jnp.argmax(out, -1) == labels)))
 
 
+def predict(model, batch, config) -> dict:
+  """Per-position tag logits [B, T, num_labels], no dropout."""
+  del config
+  return dict(logits=logits(model, batch, None, True))
+
+
 def counts(batch, config) -> dict:
   del config
   return dict(tokens=jnp.sum(batch["label_weights"]))
@@ -71,4 +77,5 @@ def flops(config) -> float:
 OBJECTIVE = Objective(
     name="token_classify", make_model=make_model, feature_spec=feature_spec,
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
-    log_keys=(("loss", "loss"), ("acc", "accuracy")), flops=flops)
+    log_keys=(("loss", "loss"), ("acc", "accuracy")), flops=flops,
+    predict=predict)

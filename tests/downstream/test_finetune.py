@@ -98,6 +98,21 @@ def test_learnable_task_is_learned_and_shuffled_labels_stay_at_chance(
     saved = json.loads((d / "out" / "results.json").read_text())
     assert saved["scores"] == results["scores"]
     scores[shuffled] = results["scores"]["validation"]["accuracy"]
+    # The predictions file: every dev row once, in order, with its text,
+    # gold, prediction and probabilities; its accuracy is the reported one.
+    path = d / "out" / "predictions" / "validation" / "predictions.jsonl"
+    assert saved["predictions"] == ["predictions/validation/predictions.jsonl"]
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    dev = keyword_rows(300, 1, shuffle_labels=shuffled)
+    assert [r["index"] for r in records] == list(range(300))
+    assert [[r["text"], r["label"]] for r in records] == dev
+    for r in records:
+      assert set(r["probabilities"]) == {"neg", "pos"}
+      assert sum(r["probabilities"].values()) == pytest.approx(1.0)
+      assert r["prediction"] == max(r["probabilities"],
+                                    key=r["probabilities"].get)
+    assert np.mean([r["prediction"] == r["label"] for r in records]) == (
+        pytest.approx(scores[shuffled]))
   assert scores[False] >= 0.95, scores
   # 300 coin flips: |acc - 0.5| > 0.12 has probability < 3e-5.
   assert abs(scores[True] - 0.5) < 0.12, scores

@@ -145,3 +145,82 @@ def test_missing_prediction_v1_counts_zero_v2_is_left_out():
   assert v1["exact"] == 0.5
   v2, extras = sm.evaluate(gold, {"a": "x"}, version_2=True)
   assert v2["exact"] == 1.0 and extras["missing"] == 1
+
+
+# --- QA post-processing (fake logits) -----------------------------------------
+def _one_question(context_offsets, windows):
+  """A SpanMap of one question: `windows` = [(token_start, num_context)],
+  each row [CLS] q [SEP] context... [SEP] (context at position 3)."""
+  import numpy as np
+
+  from bert_jax.data import span_features
+  starts, ends = (np.array(x, np.int32) for x in zip(*context_offsets))
+  n = len(windows)
+  return span_features.SpanMap(
+      example=np.zeros(n, np.int32), context_offset=np.full(n, 3, np.int32),
+      token_start=np.array([w[0] for w in windows], np.int32),
+      num_context=np.array([w[1] for w in windows], np.int32),
+      char_starts=[starts], char_ends=[ends])
+
+
+CONTEXT = "Hi there,  big world"
+OFFSETS = [(0, 2), (3, 8), (8, 9), (11, 14), (15, 20)]  # hi there , big world
+
+
+def _logits(best_start, best_end, size=9, high=5.0, extra=()):
+  import numpy as np
+  s, e = np.zeros(size, np.float32), np.zeros(size, np.float32)
+  s[best_start], e[best_end] = high, high
+  for pos, which, value in extra:
+    (s if which == "s" else e)[pos] = value
+  return s, e
+
+
+def _answers(span_map, logits, version_2=False, **kw):
+  from bert_jax.data import squad_sources
+  from bert_jax.downstream import span_answers
+  ex = [squad_sources.QAExample("q", "?", CONTEXT, (("big", 11),))]
+  start = {f: l[0] for f, l in enumerate(logits)}
+  end = {f: l[1] for f, l in enumerate(logits)}
+  return span_answers.best_answers(ex, span_map, start, end,
+                                   version_2=version_2, **kw)
+
+
+def test_answer_is_cut_from_the_context_by_offsets():
+  m = _one_question(OFFSETS, [(0, 5)])
+  # Context token k sits at row position 3 + k.
+  preds, odds = _answers(m, [_logits(3 + 1, 3 + 3)])
+  assert preds == {"q": "there,  big"} and odds == {}  # spacing kept
+
+
+def test_question_tokens_long_spans_and_backwards_spans_are_skipped():
+  m = _one_question(OFFSETS, [(0, 5)])
+  # A question token (position 1) has the highest start logit: not context.
+  assert _answers(m, [_logits(4, 4, extra=[(1, "s", 9.0)])])[0]["q"] == (
+      "there")
+  # Best pair: "Hi" 5 + "world" 5.5 (5 tokens); with max_answer_length 2
+  # the best pair of at most 2 tokens wins: "big" 4 + "world" 5.5.
+  long = _logits(3, 6, extra=[(6, "s", 4.0), (7, "e", 5.5)])
+  assert _answers(m, [long])[0]["q"] == "Hi there,  big world"
+  assert _answers(m, [long], max_answer_length=2)[0]["q"] == "big world"
+  # End before start is never an answer.
+  back = _logits(6, 3, extra=[(3, "s", 1.0), (6, "e", 1.0)])
+  assert _answers(m, [back])[0]["q"] in ("Hi", "big")
+
+
+def test_best_over_windows_and_v2_null_odds():
+  # Window 0 holds tokens 0-2, window 1 tokens 2-4 (token 2 in both).
+  m = _one_question(OFFSETS, [(0, 3), (2, 3)])
+  w0 = _logits(3, 4, high=2.0)  # "hi there": 4.0
+  w1 = _logits(4, 5, high=3.0)  # tokens 3-4 of window 1: "big world": 6.0
+  preds, _ = _answers(m, [w0, w1])
+  assert preds["q"] == "big world"
+  # v2: null score = min over windows of CLS start + end.
+  w0n = (w0[0].copy(), w0[1].copy())
+  w0n[0][0] = w0n[1][0] = 4.0  # 8.0 in window 0
+  w1n = (w1[0].copy(), w1[1].copy())
+  w1n[0][0] = w1n[1][0] = 3.5  # 7.0 in window 1: the min
+  preds, odds = _answers(m, [w0n, w1n], version_2=True)
+  assert odds["q"] == pytest.approx(7.0 - 6.0) and preds["q"] == ""
+  preds, _ = _answers(m, [w0n, w1n], version_2=True, null_threshold=1.5)
+  assert preds["q"] == "big world"
