@@ -44,10 +44,13 @@ import time
 import numpy as np
 from absl import app
 from absl import flags
+from ml_collections import config_flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bert_jax.downstream import finetuning
 
+config_flags.DEFINE_config_file(
+    "config", None, "configs/finetune.py, ner.py or squad.py (+ overrides).")
 flags.DEFINE_integer("rounds", 3, "Alternating rounds (ours, then HF).")
 flags.DEFINE_integer("steps", 0, "Timed steps per side per round; 0: one "
                      "epoch's batches over all rounds.")
@@ -348,7 +351,8 @@ def benchmark(config, rounds: int, steps: int, warmup: int,
 
 def format_report(r: dict) -> str:
   lines = [
-      f"Fine-tuning throughput, task {r['task']} ({r['train_rows']} rows), "
+      f"Fine-tuning throughput, task {r['task']} ({r['train_rows']} "
+      "training sequences), "
       f"model {r['model']}, batch {r['batch_size']}, seq <= "
       f"{r['seq_length']}, {r['dtype']}; {r['rounds']} rounds x "
       f"{r['steps_per_round']} steps per side, alternating, after "

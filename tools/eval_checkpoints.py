@@ -28,6 +28,7 @@ from absl import app
 from absl import flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bert_jax import cli  # Defines --config and --workdir.
 from bert_jax.checkpoints import reading as checkpoint_reading
 from bert_jax.downstream import finetuning
 

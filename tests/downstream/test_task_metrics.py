@@ -217,9 +217,9 @@ def test_best_over_windows_and_v2_null_odds():
   assert preds["q"] == "big world"
   # v2: null score = min over windows of CLS start + end.
   w0n = (w0[0].copy(), w0[1].copy())
-  w0n[0][0] = w0n[1][0] = 4.0  # 8.0 in window 0
+  w0n[0][0] = w0n[1][0] = 3.5  # 7.0 in window 0: the min
   w1n = (w1[0].copy(), w1[1].copy())
-  w1n[0][0] = w1n[1][0] = 3.5  # 7.0 in window 1: the min
+  w1n[0][0] = w1n[1][0] = 4.0  # 8.0 in window 1
   preds, odds = _answers(m, [w0n, w1n], version_2=True)
   assert odds["q"] == pytest.approx(7.0 - 6.0) and preds["q"] == ""
   preds, _ = _answers(m, [w0n, w1n], version_2=True, null_threshold=1.5)
