@@ -282,13 +282,16 @@ def get_config(size: str = "base") -> ml_collections.ConfigDict:
 def complete(partial, size: str = "base") -> ml_collections.ConfigDict:
   """A full config: the defaults overlaid with `partial` (a dict or
   ConfigDict, e.g. an older checkpoint's stored config). Groups or fields
-  missing from `partial` take today's defaults."""
+  missing from `partial` take today's defaults; groups the defaults lack
+  (a fine-tuning run's ``task``) are kept as stored."""
   config = get_config(size)
   as_dict = lambda x: x.to_dict() if hasattr(x, "to_dict") else x
   partial = as_dict(partial) or {}
   for group, fields in partial.items():
     fields = as_dict(fields)
-    if group in config and isinstance(fields, dict):
+    if group not in config:
+      config[group] = fields
+    elif isinstance(fields, dict):
       for key, value in fields.items():
         config[group][key] = value
   objective = as_dict(partial.get("objective")) or {}

@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     sentences = embeddings.read_lines(args.input)
     loaded = embeddings.load_model(args.model, args.step)
     max_length = embeddings.check_max_length(args.max_length, loaded.model_config)
-    model = mapping.make_model(loaded.params, loaded.model_config)
+    model = mapping.make_model(loaded.params, loaded.model_config,
+                               family=loaded.family)
     result = embeddings.embed(model, loaded.tokenizer, sentences, pooling=args.pooling,
                    layer=args.layer, batch_size=args.batch_size,
                    max_length=max_length, per_token=bool(args.per_token))

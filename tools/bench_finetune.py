@@ -46,11 +46,12 @@ from absl import app
 from absl import flags
 from ml_collections import config_flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bert_jax.downstream import finetuning
 
+# Only --config: the tool writes nothing but its report (no --workdir).
 config_flags.DEFINE_config_file(
-    "config", None, "configs/finetune.py, ner.py or squad.py (+ overrides).")
+    "config", None, "configs/finetune.py, ner.py or squad.py and overrides.",
+    lock_config=True)
 flags.DEFINE_integer("rounds", 3, "Alternating rounds (ours, then HF).")
 flags.DEFINE_integer("steps", 0, "Timed steps per side per round; 0: one "
                      "epoch's batches over all rounds.")

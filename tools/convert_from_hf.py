@@ -74,7 +74,8 @@ def convert(model: str, output: str, seed: int = 0) -> mapping.ImportReport:
                 tokenizer_path=os.path.abspath(
                     os.path.join(output, "spiece.model")))
   checkpoint_io.save_imported(output, params, model_config, report,
-                              data_overrides=data)
+                              data_overrides=data,
+                              objective=source.config.objective.to_dict())
   return report
 
 

@@ -27,8 +27,7 @@ import ml_collections
 from absl import app
 from absl import flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bert_jax import cli  # Defines --config and --workdir.
+from bert_jax import cli
 from bert_jax.checkpoints import reading as checkpoint_reading
 from bert_jax.downstream import finetuning
 
@@ -147,12 +146,13 @@ def svg_plot(xs, ys, title: str, width: int = 480, height: int = 320) -> str:
 # ==============================================================================
 # Command line.
 # ==============================================================================
-# --config (configs/finetune.py and its overrides) and --workdir are the flags
-# bert_jax.finetune defines on import; here --workdir names the pretraining run.
+# --config (configs/finetune.py and its overrides) and --workdir are the
+# flags every entry point shares (bert_jax.cli); here --workdir names the
+# pretraining run.
 flags.FLAGS["workdir"].help = "The pretraining workdir to sweep."
 flags.DEFINE_string("out", None, "Output directory (one subdir per step).")
 flags.DEFINE_integer("every", 1, "Every K-th saved step, newest included.")
-FLAGS = flags.FLAGS
+FLAGS = cli.FLAGS
 
 
 def main(argv):

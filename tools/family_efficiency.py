@@ -39,7 +39,6 @@ from absl import app
 from absl import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 from bert_jax import objectives
 
 FAMILIES = ("bert", "electra", "albert", "distil")

@@ -15,9 +15,6 @@ Used by the README's demo fine-tuning comparison and tools/bench_finetune.py.
 import argparse
 import csv
 import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 TOPICS = ("compound", "debugger", "formatstrings", "string-methods")
 DEV_EVERY = 5

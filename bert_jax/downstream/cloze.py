@@ -139,7 +139,8 @@ class ZeroShotClassifier:
     if self.batch_size < 1:
       raise ValueError(f"batch_size={batch_size} must be positive.")
     self._tok = embeddings.plain_tokenizer(loaded.tokenizer)
-    model = mapping.make_model(loaded.params, loaded.model_config)
+    model = mapping.make_model(loaded.params, loaded.model_config,
+                               family=loaded.family)
     graphdef, self._state = nnx.split(model)
     verbal = np.asarray(self.token_ids, np.int32)
 

@@ -26,6 +26,7 @@ import numpy as np
 from flax import nnx
 from tokenizers import Tokenizer
 
+from bert_jax import objectives
 from bert_jax import pretrained
 from bert_jax.hf import tokenizer_files
 
@@ -37,21 +38,24 @@ POOLINGS = ("cls", "mean")
 # -----------------------------------------------------------------------------
 @dataclasses.dataclass
 class LoadedModel:
-  params: Any  # Nested dict of float32 arrays (BertForPreTraining layout).
+  params: Any  # Nested dict of float32 arrays (the family's layout).
   model_config: Any
   tokenizer: tokenizer_files.LoadedTokenizer
   untrained_heads: tuple = ()  # e.g. ("mlm_head", "nsp_head") for BertModel.
+  family: str = "bert"  # The hf.mapping table: mapping.make_model(family=).
 
 
 def load_model(path: str, step: int | None = None) -> LoadedModel:
-  """A workdir (latest or `step`), a step dir, an imported dir, an HF BERT
-  dir or a TF checkpoint, through `bert_jax.pretrained`; the import report
-  says which heads were initialized fresh (absent from the source)."""
+  """The masked LM of a workdir (latest or `step`), a step dir, an
+  imported dir, an HF dir or a TF checkpoint, through `bert_jax.pretrained`
+  and its objective (``objectives.masked_lm``); the import report says
+  which heads were initialized fresh (absent from the source)."""
   source = pretrained.resolve(path, step)
-  model_config = pretrained.load_model_config(source)
-  params, report = pretrained.load_params(source, model_config)
-  return LoadedModel(params, model_config, pretrained.load_tokenizer(source),
-                     tuple(report.fresh))
+  params, report = pretrained.load_params(source)
+  model = objectives.masked_lm(source.config, params)
+  return LoadedModel(model.params, model.model_config,
+                     pretrained.load_tokenizer(source), tuple(report.fresh),
+                     model.family)
 
 
 # -----------------------------------------------------------------------------
@@ -173,6 +177,9 @@ def embed(model, tokenizer, sentences: Sequence[str], pooling: str = "cls",
   if pooling not in POOLINGS:
     raise ValueError(f"--pooling {pooling!r} must be one of {POOLINGS}.")
   encoder = getattr(model, "bert", model)
+  if not hasattr(encoder, "hidden_states"):
+    raise ValueError(f"{type(model).__name__} has no BERT encoder to embed "
+                     "with (a BERT, DistilBERT or fine-tuned BERT model).")
   config_layers = len(encoder.layers)
   num_layers = resolve_layer(layer, config_layers)
   max_pos = int(encoder.embeddings.position_embeddings[...].shape[0])

@@ -102,26 +102,12 @@ def task_input(config, tok, task, train, evals):
   return task_kind(config).Input(config, tok, task, train, evals)
 
 
-def source_objective(source):
-  """(objective the source was trained with, its full run config or None).
-  Sources without a stored objective (HF, TF, older runs) are BERT's."""
-  stored = source.config
-  name = ((stored.get("objective") or {}).get("name", "bert")
-          if stored is not None else "bert")
-  full = None
-  if stored is not None and "model" in stored:
-    full = config_lib.complete(stored)
-    full.objective.update(stored.get("objective") or {})
-  return objectives.get(name), full
-
-
 def encoder_model_config(source):
   """The BertModel the head wraps: the objective's encoder config
   (ELECTRA's discriminator, DistilBERT's student) or the source's model."""
-  objective, full = source_objective(source)
-  if objective.encoder_config is not None and full is not None:
-    return objective.encoder_config(full)
-  return pretrained.load_model_config(source)
+  if source.config is None:  # No model config stored: one clear error.
+    return pretrained.load_model_config(source)
+  return objectives.encoder_config(source.config)
 
 
 def resolve_config(config, source, task, num_train: int):
@@ -223,28 +209,17 @@ def _with_encoder(fresh_params, encoder) -> tuple[dict, list[str]]:
 
 def encoder_init(source, trainer, fresh_params):
   """Fresh params with the checkpoint's encoder (`bert` subtree) in place:
-  the head stays at its random init (reported), as in HF."""
-  objective, full = source_objective(source)
-  if objective.encoder_params is not None and full is not None:
-    # Another family's tree (ELECTRA, ALBERT, DistilBERT): loaded as its
-    # run saved it, the encoder taken out by the objective.
-    loaded, report = pretrained.load_params(source, full.model, config=full)
-    encoder = dict(objective.encoder_params(loaded, full))
-  else:
-    # Loaded with the source's own head width (an exported classifier of
-    # another task loads too); only its encoder is kept.
-    model_config = ml_collections.ConfigDict(trainer.config.model.to_dict())
-    model_config.num_labels = pretrained.load_model_config(source).get(
-        "num_labels", model_config.num_labels)
-    loaded, report = pretrained.load_params(source, model_config,
-                                            seed=trainer.config.train.seed)
-    if "bert" not in loaded:
-      raise ValueError(f"{source.path} holds no BERT encoder (no 'bert' "
-                       "params).")
-    encoder = dict(loaded["bert"])
+  the head stays at its random init (reported), as in HF. The source's
+  params are loaded as its run saved them (any family, an exported
+  classifier of another task too) and the objective takes the encoder out;
+  entries the head's model lacks (a pooler, for token and QA heads) are
+  left out."""
+  loaded, report = pretrained.load_params(source,
+                                          seed=trainer.config.train.seed)
+  encoder = dict(objectives.encoder_params(loaded, source.config))
   params, fresh = _with_encoder(fresh_params, encoder)
   logging.info("Encoder (%s objective) from %s (%s); fresh: the head%s.",
-               objective.name, source.path, report,
+               source.objective, source.path, report,
                "".join(f", bert/{k}" for k in fresh))
   return checkpoint_reading.place_params(
       params, trainer.abstract_state["params"], source=source.path)

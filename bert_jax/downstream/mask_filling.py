@@ -23,6 +23,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from bert_jax import objectives
 from bert_jax import pretrained
 from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
@@ -34,17 +35,13 @@ _CLEANUP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"),
 
 
 def load(path: str, step: int | None = None):
-  """-> (params, model config, LoadedTokenizer, family) for any --model."""
+  """-> (params, model config, LoadedTokenizer, family) for any --model:
+  its run's masked LM (``objectives.masked_lm``; ELECTRA's generator)."""
   source = pretrained.resolve(path, step)
-  tokenizer = pretrained.load_tokenizer(
-      pretrained.resolve(f"{path}/generator")
-      if source.kind == pretrained.ELECTRA else source)
-  generator = pretrained.electra_generator(source)
-  if generator is not None:  # ELECTRA: the generator is the MLM.
-    return (*generator, tokenizer, "electra_generator")
-  model_config = pretrained.load_model_config(source)
-  params, _ = pretrained.load_params(source, model_config)
-  return params, model_config, tokenizer, "bert"
+  params, _ = pretrained.load_params(source)
+  model = objectives.masked_lm(source.config, params)
+  return (model.params, model.model_config, pretrained.load_tokenizer(source),
+          model.family)
 
 
 class FillMask:
@@ -53,10 +50,8 @@ class FillMask:
   def __init__(self, params, model_config,
                tokenizer: tokenizer_files.LoadedTokenizer,
                family: str = "bert"):
-    model = mapping.make_model(
-        params, model_config, dtype="float32",
-        family=family if family and family != "bert" else
-        mapping.family_of_params(params))
+    model = mapping.make_model(params, model_config, dtype="float32",
+                               family=family)
     graphdef, state = nnx.split(model)
     self._state = state
 

@@ -73,12 +73,9 @@ BERT = mapping.register(Family(
                    ("cls.predictions.", "BertForMaskedLM")),
     default_architecture="BertModel",
     base_prefix="bert.",
-    shape_fields={"word_embeddings": "vocab_size", "mlm_head.bias": "vocab_size",
-                  "position_embeddings": "max_position_embeddings",
-                  "token_type_embeddings": "type_vocab_size",
-                  "intermediate": "intermediate_size"},
     export_architecture="BertForPreTraining",
     objectives=("bert",),
+    masked_lm=True,
     sentence_heads=("bert.pooler", "cls.seq_relationship"),
 ))
 
@@ -114,7 +111,7 @@ BERT_CLASSIFY = mapping.register(mapping.Family(
     architectures=(("classifier.", "BertForSequenceClassification"),),
     default_architecture="BertModel",
     base_prefix="bert.",
-    shape_fields=dict(BERT.shape_fields, classifier="num_labels"),
+    shape_fields={"classifier": "num_labels"},
     export_architecture="BertForSequenceClassification",
     objectives=("classify",),
     config_fields=classification_fields,

@@ -14,7 +14,7 @@ import glob
 import json
 import logging
 import os
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 import jax.numpy as jnp
 import ml_collections
@@ -22,7 +22,6 @@ import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import load_file
 from safetensors.numpy import save_file
-from tokenizers import Tokenizer
 
 from bert_jax import config_lib
 from bert_jax.hf import mapping
@@ -225,21 +224,29 @@ def load_hf_params(path: str, model_config=None, *, family: str = "bert",
 # --------------------------------------------------------------------------
 def save_imported(out_dir: str, params, model_config,
                   report: mapping.ImportReport,
-                  data_overrides: Mapping[str, Any] | None = None) -> None:
-  """Write our param tree (flat dotted keys) + model config for init_from."""
+                  data_overrides: Mapping[str, Any] | None = None,
+                  objective: Mapping[str, Any] | None = None) -> None:
+  """Write our param tree (flat dotted keys) + model config for init_from;
+  `objective`: the objective group of the source (which objective's params
+  these are; directories without one hold BERT's)."""
   os.makedirs(out_dir, exist_ok=True)
   flat = {k: mapping.f32(v) for k, v in mapping.flatten_params(params).items()}
   save_file(flat, os.path.join(out_dir, IMPORTED_PARAMS),
             metadata={"format": "bert_jax"})
+  stored = {"model": dict(model_config.to_dict()),
+            "data": dict(data_overrides or {})}
+  if objective is not None:
+    stored["objective"] = dict(objective)
   with open(os.path.join(out_dir, IMPORTED_CONFIG), "w") as f:
-    json.dump({"model": dict(model_config.to_dict()),
-               "data": dict(data_overrides or {})}, f, indent=2)
+    json.dump(stored, f, indent=2)
   with open(os.path.join(out_dir, IMPORT_REPORT), "w") as f:
     json.dump(report.to_json(), f, indent=2)
 
 
 def read_imported_config(path: str) -> dict:
-  """{"model": ..., "data": ...} of an imported directory."""
+  """{"model": ..., "data": ...[, "objective": ...]} of an imported
+  directory (``config_lib.complete`` gives the default objective to those
+  without one)."""
   with open(os.path.join(path, IMPORTED_CONFIG)) as f:
     return json.load(f)
 
@@ -260,6 +267,16 @@ def load_imported(path: str) -> tuple[dict, Any, mapping.ImportReport]:
 # --------------------------------------------------------------------------
 # Export
 # --------------------------------------------------------------------------
+class HFModel(NamedTuple):
+  """One Hugging Face model directory of an export (an objective's
+  ``hf_export`` entries; ``bert_jax.export`` writes each with
+  :func:`save_hf_model`)."""
+  subdir: str  # under the export directory; "" = the directory itself
+  family: str  # the hf.mapping table: names, config.json, architecture
+  model_config: Any  # our model config of this model
+  params: Any  # its param tree (the family's layout)
+
+
 def save_hf_model(out_dir: str, params, model_config, *,
                   tokenizer: tokenizer_files.TokenizerSpec | None = None,
                   untrained_heads: tuple[str, ...] = (),
@@ -268,40 +285,41 @@ def save_hf_model(out_dir: str, params, model_config, *,
                   label_names=()) -> list[str]:
   """Write an HF directory of the family; returns the files written.
 
-  config.json (architectures: the family's export class, plus the family's
-  own fields, e.g. id2label from `label_names` for classification) +
-  model.safetensors (float32, tied weights written explicitly) + tokenizer
-  files. `untrained_heads` (HF prefixes, e.g. from
-  ``pretrained.untrained_heads``) are flagged: a warning, a note file, and a
-  key in config.json.
+  config.json (the family's config conversion, plus its own fields, e.g.
+  id2label from `label_names` for classification) + model.safetensors
+  (float32, tied weights written explicitly) + tokenizer files, the pad id
+  read from the tokenizer. `untrained_heads` (HF prefixes) are flagged: a
+  warning, a note file, and a key in config.json. The checks (params vs
+  model.vocab_size, tokenizer vs vocab_size) run before anything is written.
   """
-  os.makedirs(out_dir, exist_ok=True)
+  fam = mapping.get(family)
   sd = mapping.to_hf_state_dict(params, family=family)
-  word = next(r.hf for r in mapping.get(family).rows
-              if r.ours.endswith("word_embeddings"))
+  word = next(r.hf for r in fam.rows if r.ours.endswith("word_embeddings"))
   if int(sd[word].shape[0]) != int(model_config.vocab_size):
     raise ValueError("params do not match model.vocab_size.")
+  pad_id, tok = 0, None
+  if tokenizer is not None:
+    tok = tokenizer_files.build_hf_tokenizer(tokenizer)
+    n_tok = tok.get_vocab_size(with_added_tokens=True)
+    if n_tok > int(model_config.vocab_size):
+      raise ValueError(f"The tokenizer has {n_tok} tokens but "
+                       f"model.vocab_size={model_config.vocab_size}.")
+    pad = tok.token_to_id(tokenizer_files.SPECIAL_TOKENS["pad_token"])
+    pad_id = 0 if pad is None else pad
+  os.makedirs(out_dir, exist_ok=True)
   save_file(sd, os.path.join(out_dir, "model.safetensors"),
             metadata={"format": "pt"})
-  written = ["model.safetensors"]
-  pad_id = 0
-  if tokenizer is not None:
-    cfg = tokenizer_files.write_hf_tokenizer_files(
-        out_dir, tokenizer,
+  written = ["config.json", "model.safetensors"]
+  if tok is not None:
+    tokenizer_files.write_hf_tokenizer_files(
+        out_dir, tokenizer, tokenizer=tok,
         model_max_length=int(model_config.max_position_embeddings))
     written += ["tokenizer.json", "tokenizer_config.json",
                 "special_tokens_map.json",
                 "vocab.txt" if tokenizer.kind == "wordpiece" else
                 "spiece.model"]
-    tok = Tokenizer.from_file(os.path.join(out_dir, "tokenizer.json"))
-    pad = tok.token_to_id(cfg.get("pad_token", "[PAD]"))
-    pad_id = 0 if pad is None else pad
-    n_tok = tok.get_vocab_size(with_added_tokens=True)
-    if n_tok > int(model_config.vocab_size):
-      raise ValueError(f"The tokenizer has {n_tok} tokens but "
-                       f"model.vocab_size={model_config.vocab_size}.")
-  fields = mapping.get(family).config_fields
-  extra = dict(fields(model_config, tuple(label_names))) if fields else {}
+  extra = dict(fam.config_fields(model_config, tuple(label_names))
+               ) if fam.config_fields else {}
   if source:
     extra["bert_jax_source"] = source
   if untrained_heads:
@@ -318,5 +336,4 @@ def save_hf_model(out_dir: str, params, model_config, *,
                                     family=family, extra=extra)
   with open(os.path.join(out_dir, "config.json"), "w") as f:
     json.dump(cfg, f, indent=2)
-  written.insert(0, "config.json")
   return written

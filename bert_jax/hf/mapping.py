@@ -60,13 +60,26 @@ class Family:
   # HF base-model prefix ("bert."): checkpoints of the bare model omit it.
   base_prefix: str = ""
   # Our path fragment -> the model config field that sets that dimension,
-  # named in shape-mismatch errors (default: hidden_size).
+  # named in shape-mismatch errors: the family's own, read after the shared
+  # SHAPE_FIELDS (see :meth:`shape_field`).
   shape_fields: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  # Our path fragments of rows that a model config may lack (ELECTRA's
+  # E -> H projection when E == H): written only when the params have them.
+  optional: tuple[str, ...] = ()
+  # Whether the model returns masked-LM logits ("mlm_logits"): the models
+  # fill_mask and zero_shot can run.
+  masked_lm: bool = False
   # The class written to config.json "architectures" on export.
   export_architecture: str = ""
-  # Training objectives (`bert_jax.objectives` names) whose params this
-  # table describes: how an export picks its family (:func:`for_objective`).
+  # The training objective (`bert_jax.objectives` name) whose params this
+  # table describes, both ways: a Hugging Face directory of the family is
+  # that objective's run (``pretrained.resolve``), and a run of it exports
+  # as the family unless its objective says otherwise
+  # (:func:`for_objective`). () for the halves of ELECTRA's pair.
   objectives: tuple[str, ...] = ()
+  # (our model config) -> fields of that objective's config group a run
+  # holding these params has (DistilBERT: student_layers), or None.
+  objective_fields: Callable | None = None
   # HF prefixes trained only by the sentence-pair objective (NSP / SOP):
   # flagged as untrained when a run had none.
   sentence_heads: tuple[str, ...] = ()
@@ -90,9 +103,22 @@ class Family:
         out.append(r)
     return out
 
+  def shape_field(self, ours: str) -> str:
+    """The model config field that sets a dimension of param `ours`."""
+    fields = {**SHAPE_FIELDS, **self.shape_fields}
+    return next((f for k, f in fields.items() if k in ours), "hidden_size")
+
   def layer_prefix(self) -> str:
     """Our path before the layer index, e.g. "bert.layers."."""
     return next(r.ours for r in self.rows if "{i}" in r.ours).split("{i}")[0]
+
+
+# Our path fragment -> the model config field of that dimension, shared by
+# every family (each adds its own in Family.shape_fields).
+SHAPE_FIELDS = {"word_embeddings": "vocab_size", "mlm_head.bias": "vocab_size",
+                "position_embeddings": "max_position_embeddings",
+                "token_type_embeddings": "type_vocab_size",
+                "intermediate": "intermediate_size"}
 
 
 # Every family table and the module that defines it: the one registry. A
@@ -150,16 +176,19 @@ def for_objective(objective: str) -> Family:
 
 
 def for_hf_config(hf_config: Mapping[str, Any] | None) -> Family:
-  """The family of an HF config.json: the one exporting its first
-  architecture, else the one named by its model_type (default BERT)."""
+  """The family of an HF config.json: the one exporting (else, without a
+  class of its own to export, reading) its first architecture, else the one
+  named by its model_type (default BERT)."""
   hf_config = hf_config or {}
   arch = (hf_config.get("architectures") or [""])[0]
   model_type = hf_config.get("model_type", "bert")
   for fam in families().values():
-    if arch and fam.export_architecture == arch and (
-        fam.model_type == model_type):
+    if arch and (fam.export_architecture or fam.default_architecture) == (
+        arch) and fam.model_type == model_type:
       return fam
   return get(model_type) if model_type in TABLE_MODULES else get()
+
+
 def by_model_type(model_type: str) -> Family:
   """The family whose config.json says model_type=`model_type`."""
   for fam in families().values():
@@ -168,16 +197,6 @@ def by_model_type(model_type: str) -> Family:
   raise ValueError(f"config.json model_type={model_type!r}: only "
                    f"{sorted(f.model_type for f in families().values())} "
                    "checkpoints can be imported.")
-
-
-def family_of_params(params: Mapping[str, Any]) -> str:
-  """The family whose table names exactly this param tree's leaves
-  ("bert" when none does, so that BERT's errors stay BERT's)."""
-  keys = set(flatten_params(params))
-  for name, fam in families().items():
-    if keys == {r.ours for r in fam.table(num_layers_of(params, name))}:
-      return name
-  return "bert"
 
 
 # --------------------------------------------------------------------------
@@ -234,7 +253,8 @@ def to_hf_state_dict(params: Mapping[str, Any], *, family: str = "bert",
   """
   fam = get(family)
   flat = flatten_params(params)
-  rows = fam.table(num_layers_of(params, family))
+  rows = [r for r in fam.table(num_layers_of(params, family))
+          if r.ours in flat or not any(o in r.ours for o in fam.optional)]
   expected = {r.ours for r in rows}
   extra = sorted(set(flat) - expected)
   missing = sorted(expected - set(flat))
@@ -404,8 +424,7 @@ def from_hf_state_dict(state_dict: Mapping[str, Any], model_config, *,
   shapes = expected_shapes(model_config, family)
   for ours, arr in found.items():
     if tuple(arr.shape) != shapes[ours]:
-      field = next((f for k, f in fam.shape_fields.items() if k in ours),
-                   "hidden_size")
+      field = fam.shape_field(ours)
       raise ValueError(
           f"{ours}: the source has shape {tuple(arr.shape)}, this model config "
           f"expects {shapes[ours]}; check model.{field}="

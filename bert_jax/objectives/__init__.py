@@ -23,6 +23,8 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from bert_jax.hf import checkpoint_io
+from bert_jax.hf import mapping
 from bert_jax.models import flops as flops_lib
 
 
@@ -58,9 +60,11 @@ class Objective:
   # nested dicts of host arrays (e.g. load the teacher, copy its layers into
   # the student). Not called on resume: the checkpoint holds both.
   warm_start: Callable[..., Any] | None = None
-  # Optional Hugging Face export of the trained model: (config) -> (family
-  # name in bert_jax.hf.mapping, model config of the exported model).
-  # None: BERT's ("bert", config.model).
+  # Optional Hugging Face export of the trained params: (config, params) ->
+  # one or more checkpoint_io.HFModel (subdirectory, hf.mapping family,
+  # model config, params), each written as one HF directory. None: one
+  # model at the top, the family whose table names this objective
+  # (hf.mapping.for_objective) with config.model and all params.
   hf_export: Callable[..., Any] | None = None
   # Optional analytic training FLOPs (forward + backward) of ONE sequence:
   # (config) -> float. None: BERT's, the model of config.model with MLM
@@ -120,7 +124,59 @@ def train_flops_per_step(config) -> float:
   """Model FLOPs of one optimizer step of `config` (global batch): the
   objective's own count (``Objective.flops``) or BERT's
   (``models.flops.bert_flops_per_sequence``)."""
-  objective = config.get("objective", None)
-  name = objective.get("name", "bert") if objective is not None else "bert"
-  per_sequence = get(name).flops or flops_lib.bert_flops_per_sequence
+  per_sequence = for_config(config).flops or flops_lib.bert_flops_per_sequence
   return config.train.batch_size * per_sequence(config)
+
+
+# ------------------------------------------------------------------------------
+# What a run's params are, by its objective. `config` is a complete run config
+# (a ``pretrained.Source``'s: which objective trained the params is decided
+# there, once); these read the objective's hooks, each with one default.
+# ------------------------------------------------------------------------------
+def hf_model(config, params, model_config=None, subdir: str = ""
+             ) -> checkpoint_io.HFModel:
+  """One HF model of a run: the family whose table names its objective."""
+  return checkpoint_io.HFModel(
+      subdir, mapping.for_objective(config.objective.name).name,
+      config.model if model_config is None else model_config, params)
+
+
+def hf_models(config, params) -> tuple[checkpoint_io.HFModel, ...]:
+  """The Hugging Face models a run holds (``Objective.hf_export``)."""
+  objective = for_config(config)
+  if objective.hf_export is not None:
+    return tuple(objective.hf_export(config, params))
+  return (hf_model(config, params),)
+
+
+def masked_lm(config, params) -> checkpoint_io.HFModel:
+  """The run's model that fills masks (fill_mask, zero_shot): the first of
+  its HF models whose family has a masked-LM head (ELECTRA: the
+  generator). ValueError when it has none (a fine-tuned classifier)."""
+  models = hf_models(config, params)
+  for m in models:
+    if mapping.get(m.family).masked_lm:
+      return m
+  raise ValueError(
+      f"A {config.objective.name!r} run holds no masked-LM head (its models: "
+      f"{', '.join(m.family for m in models)}): nothing to fill masks with.")
+
+
+def encoder_config(config):
+  """The BertModel config fine-tuning wraps (``Objective.encoder_config``,
+  default config.model)."""
+  objective = for_config(config)
+  return (objective.encoder_config(config) if objective.encoder_config
+          else config.model)
+
+
+def encoder_params(params, config) -> dict:
+  """The BertModel params of a run (``Objective.encoder_params``, default
+  params["bert"])."""
+  objective = for_config(config)
+  if objective.encoder_params is not None:
+    return objective.encoder_params(params, config)
+  if "bert" not in params:
+    raise ValueError(f"A {objective.name!r} run's params hold no BERT "
+                     "encoder (no 'bert' subtree).")
+  return params["bert"]

@@ -27,9 +27,9 @@ import ml_collections
 import numpy as np
 from absl import logging
 
+from bert_jax import objectives
 from bert_jax import pretrained
 from bert_jax.data import features
-from bert_jax.hf import checkpoint_io
 from bert_jax.models import bert as model_lib
 from bert_jax.models import flops as flops_lib
 from bert_jax.objectives import Objective
@@ -73,9 +73,10 @@ def load_teacher(config) -> dict:
   `bert_jax.pretrained` resolves; its architecture must equal config.model
   (a ValueError names the differing field)."""
   source = pretrained.resolve(config.objective.teacher)
-  if source.family != "bert":
-    raise ValueError(f"objective.teacher={config.objective.teacher} is a "
-                     f"{source.family!r} model; the teacher must be a BERT.")
+  if source.objective != "bert":
+    raise ValueError(f"objective.teacher={config.objective.teacher} holds a "
+                     f"{source.objective!r} run's params; the teacher must be "
+                     "a BERT.")
   params, report = pretrained.load_params(source, config.model,
                                           seed=config.train.seed)
   if report.fresh:
@@ -203,17 +204,9 @@ def encoder_params(params, config) -> dict:
   return params["bert"]
 
 
-def export_student(out_dir: str, params, config, *, tokenizer=None) -> list:
-  """Write the student as a Hugging Face DistilBertForMaskedLM directory
-  (plus tokenizer files when `tokenizer` is a tokenizer_files.TokenizerSpec);
-  returns the files written."""
-  return checkpoint_io.save_hf_model(out_dir, params, student_config(config),
-                                     tokenizer=tokenizer, family="distilbert")
-
-
-def hf_export(config):
-  """The student, as DistilBertForMaskedLM."""
-  return "distilbert", student_config(config)
+def hf_export(config, params):
+  """The student, as DistilBertForMaskedLM (the table naming "distil")."""
+  return (objectives.hf_model(config, params, student_config(config)),)
 
 
 OBJECTIVE = Objective(

@@ -26,9 +26,12 @@ import optax
 from flax import nnx
 
 from bert_jax.data import features
+from bert_jax.hf import checkpoint_io
+from bert_jax.hf import electra as hf_electra
 from bert_jax.models import electra as electra_model
 from bert_jax.models import flops as flops_lib
 from bert_jax.objectives import Objective
+from bert_jax.objectives import bert
 from bert_jax.objectives import safe_div
 
 
@@ -105,9 +108,6 @@ def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
       batch["masked_lm_positions"], deterministic=deterministic,
       rngs=rngs).astype(jnp.float32)
   ids, w = batch["masked_lm_ids"], batch["masked_lm_weights"]
-  nll = -jnp.take_along_axis(jax.nn.log_softmax(mlm_logits, axis=-1),
-                             ids[..., None], axis=-1)[..., 0]
-
   corrupted, labels, samples = replace_tokens(
       mlm_logits, batch, sample_key, config.objective.generator_temperature)
   disc_logits = model.discriminator_logits(
@@ -118,10 +118,8 @@ def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
   bce = optax.sigmoid_binary_cross_entropy(disc_logits, y)
   pred = (disc_logits > 0).astype(jnp.float32)
   return dict(
-      mlm_loss=jnp.sum(nll * w),
-      mlm_correct=jnp.sum((jnp.argmax(mlm_logits, -1) == ids) * w),
+      **bert.mlm_sums(mlm_logits, batch),  # mlm_loss, mlm_correct, mlm_weight
       sampled_correct=jnp.sum((samples == ids) * w),
-      mlm_weight=jnp.sum(w),
       disc_loss=jnp.sum(bce * real),
       disc_correct=jnp.sum((pred == y) * real),
       disc_true_positive=jnp.sum(pred * y * real),
@@ -185,10 +183,20 @@ def encoder_params(params, config) -> dict:
   return out
 
 
+def hf_export(config, params) -> tuple[checkpoint_io.HFModel, ...]:
+  """Two Hugging Face models, as Google releases them: discriminator/
+  (ElectraForPreTraining) and generator/ (ElectraForMaskedLM), each with a
+  copy of the shared embeddings."""
+  return tuple(checkpoint_io.HFModel(
+      net, hf_electra.family_name(net), hf_electra.network_config(config, net),
+      hf_electra.network_params(params, net)) for net in hf_electra.NETWORKS)
+
+
 OBJECTIVE = Objective(
     name="electra", make_model=make_model, feature_spec=feature_spec,
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
     log_keys=(("loss", "loss"), ("gen_acc", "mlm_accuracy"),
               ("disc_acc", "disc_accuracy"), ("disc_prec", "disc_precision"),
               ("disc_rec", "disc_recall"), ("replaced", "replaced_share")),
-    flops=flops_per_sequence, encoder_params=encoder_params)
+    hf_export=hf_export, flops=flops_per_sequence,
+    encoder_params=encoder_params)

@@ -10,7 +10,6 @@ script in a child that sees 8 simulated CPU devices.
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import os
 import random
@@ -32,11 +31,7 @@ POSITIVE, NEGATIVE = ["great", "good", "nice", "fun"], [
 
 def finetune_config(**train):
   """configs/finetune.py for a seconds-scale run on a tiny model."""
-  spec = importlib.util.spec_from_file_location(
-      "finetune_config", os.path.join(REPO, "configs", "finetune.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  config = module.get_config()
+  config = helpers.load_config("finetune")
   config.data.seq_length = 32
   config.task.buckets = (16, 32)
   config.train.update(

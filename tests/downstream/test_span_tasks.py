@@ -34,7 +34,7 @@ from tests import helpers
 from tests.helpers import span_tag_tasks
 from tests.helpers import tiny_models
 
-NUM_STEPS, SAVE_AT = 120, 60
+NUM_STEPS, SAVE_AT = 80, 40
 SEQ, STRIDE, MAX_QUERY, MAX_ANSWER = 64, 24, 16, 30
 
 
@@ -235,6 +235,7 @@ def test_export_answers_as_hugging_face_does(learned, exported):
 
 
 def test_squad_answer_start_off_its_text_is_one_line(learned, tmp_path):
+  """On the command line: one line (after absl's), exit 1, nothing written."""
   bad = tmp_path / "train.json"
   bad.write_text(json.dumps({"data": [{"paragraphs": [{
       "context": "Paris is in France.", "qas": [{

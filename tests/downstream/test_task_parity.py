@@ -163,6 +163,8 @@ def test_per_step_loss_equals_pytorch(kind, tmp_path):
         f"difference over {NUM_STEPS} steps {rel.max():.3g}")
   assert ours[-5:].mean() < ours[:5].mean()  # It learns.
   assert rel.max() < TOLERANCE, rel
+  if kind != "token":
+    return
   # The comparison can fail: the reference without clipping drifts away.
   unclipped = _reference(kind, init_dir, batch_path,
                          **dict(hparams, clip=False))

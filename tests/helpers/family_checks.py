@@ -42,13 +42,9 @@ def family_config(family: str, data=1, fsdp=1, tensor=1):
 
 
 def load_config(name: str):
-  """configs/<name>.py's get_config(), loaded by path like --config does."""
-  import importlib.util
-  spec = importlib.util.spec_from_file_location(
-      f"configs_{name}", os.path.join(REPO, "configs", f"{name}.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
+  """configs/<name>.py's get_config() (``tests.helpers.load_config``)."""
+  from tests import helpers
+  return helpers.load_config(name)
 
 
 def _child(family: str, out_path: str) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from bert_jax import config_lib
+from bert_jax import export
 from bert_jax import pretrained
 from bert_jax.hf import checkpoint_io
 from bert_jax.hf import mapping
@@ -116,12 +117,14 @@ def test_bf16_params_and_compute_dtype_export_float32(tmp_path):
 
 def test_untrained_heads_are_flagged(tmp_path, caplog):
   cfg = config_lib.get_config("tiny")
-  assert pretrained.nsp_trained(cfg)
+  assert export.untrained_heads(cfg, "bert") == ()
   cfg.data.nsp = False
-  assert not pretrained.nsp_trained(cfg)
-  untrained = pretrained.untrained_heads(cfg)
+  untrained = export.untrained_heads(cfg, "bert")
+  assert untrained
+  assert export.untrained_heads(cfg, "albert") == ("albert.pooler",
+                                                   "sop_classifier")
   cfg.data.objective = "sop"
-  assert pretrained.nsp_trained(cfg)
+  assert export.untrained_heads(cfg, "bert") == ()
   mc = tiny_model_config()
   with caplog.at_level("WARNING"):
     checkpoint_io.save_hf_model(str(tmp_path), random_params(mc), mc,

@@ -6,6 +6,7 @@ import shutil
 import time
 import types
 
+import ml_collections
 import numpy as np
 import pytest
 
@@ -196,3 +197,25 @@ def test_record_on_a_url_workdir():
       workdir + "/tokenizer/record.json"))
   assert record == dict(kind="wordpiece", path="tokenizer/wp/vocab.txt",
                         lower_case=True)
+
+
+@pytest.mark.parametrize("stored", [1.0, 0.5])
+def test_older_electra_run_resolves_its_generator_temperature(tmp_path,
+                                                              stored):
+  """ELECTRA runs before objective.generator_temperature existed stored the
+  generator's sampling temperature as objective.temperature: resolved, the
+  run samples at that temperature, and objective.temperature is back to
+  DistilBERT's default (the old value does not leak into it)."""
+  config = config_lib.get_config("tiny").to_dict()
+  config["objective"] = dict(name="electra", temperature=stored,
+                             generator_hidden_size=0.5, disc_weight=50.0)
+  config = ml_collections.ConfigDict(config)
+  save_checkpoints(tmp_path / "old", config,
+                   {1: {"embeddings": {"x": np.zeros(3, np.float32)}}})
+  source = pretrained.resolve(str(tmp_path / "old"))
+  assert source.objective == "electra"
+  o = source.config.objective
+  assert o.generator_temperature == stored
+  assert o.temperature == config_lib.objective_config().temperature == 2.0
+  assert o.generator_hidden_size == 0.5  # The rest as stored / default.
+  assert o.generator_layers == config_lib.objective_config().generator_layers

@@ -365,7 +365,7 @@ def distil_reference(student_dir, teacher_dir, batch_path, hp, *,
 
 @pytest.fixture(scope="module")
 def distil_run(tmp_path_factory):
-  from bert_jax.objectives import distil
+  from bert_jax import export
   from tests.helpers import tiny_models
   base = str(tmp_path_factory.mktemp("distil_parity"))
   hf = tiny_models.make_hf_dir(os.path.join(base, "teacher"))
@@ -383,7 +383,7 @@ def distil_run(tmp_path_factory):
                            two_segments=False)
   init, losses, norms, _ = our_run(config, batches)
   student_dir = os.path.join(base, "student_hf")
-  distil.export_student(student_dir, init["params"], config)
+  export.write_hf_models(student_dir, init["params"], config)
   batch_path = os.path.join(base, "batches.npz")
   save_arrays(batch_path, batches)
   o = config.objective
@@ -479,7 +479,7 @@ def electra_reference(pair_dir, batch_path, noise_path, hp, *, temperature,
 @pytest.fixture(scope="module")
 def electra_run(tmp_path_factory):
   from bert_jax import config_lib
-  from bert_jax.hf import electra as hf_electra
+  from bert_jax import export
   from bert_jax.objectives import electra
   base = str(tmp_path_factory.mktemp("electra_parity"))
   config = config_lib.get_config("tiny")
@@ -504,7 +504,7 @@ def electra_run(tmp_path_factory):
   noises = [dict(noise=np.asarray(electra.sampling_noise(
       jax.random.fold_in(root, step), shape))) for step in range(NUM_STEPS)]
   pair_dir = os.path.join(base, "init_hf")
-  hf_electra.save_pretrained(pair_dir, init["params"], config)
+  export.write_hf_models(pair_dir, init["params"], config)
   batch_path = os.path.join(base, "batches.npz")
   noise_path = os.path.join(base, "noise.npz")
   save_arrays(batch_path, batches)

@@ -1,21 +1,13 @@
 """tools/bench_finetune.py batching (no timing) and tools/make_demo_task.py."""
 
-import functools
-import importlib.util
-import os
 
 import numpy as np
 
-from tests.helpers import REPO
+from tests import helpers
 
 
-@functools.cache
 def _tool(name):
-  spec = importlib.util.spec_from_file_location(
-      name, os.path.join(REPO, "tools", f"{name}.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return helpers.import_tool(name)
 
 
 def test_hf_batches_pad_to_the_batch_longest_and_keep_every_token():

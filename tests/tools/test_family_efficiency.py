@@ -1,26 +1,18 @@
 """tools/family_efficiency.py's pure parts: the step count that spends the
 budget, the per-family configs, reading metrics.jsonl and the table."""
 
-import functools
-import importlib.util
 import json
-import os
 
 import pytest
 
 from bert_jax import objectives
-from tests.helpers import REPO
+from tests import helpers
 
 FAMILIES = ("bert", "electra", "albert", "distil")
 
 
-@functools.cache
 def tool():
-  spec = importlib.util.spec_from_file_location(
-      "family_efficiency", os.path.join(REPO, "tools", "family_efficiency.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return helpers.import_tool("family_efficiency")
 
 
 def _plan(family, budget_pflops=0.002):
