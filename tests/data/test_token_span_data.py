@@ -384,3 +384,12 @@ def test_eval_batches_hold_every_feature_once():
     real = b[feature_batches.INDEX] >= 0
     assert np.all(b["segment_ids"][real][:, :2] == 0)
     assert np.all(b["segment_ids"] <= b["input_mask"])
+
+
+@pytest.mark.parametrize("name", ["conll2003", "squad/v2.0"])
+def test_unprepared_tfds_task_says_how_to_prepare_it(tmp_path, name):
+  load = (token_sources.load_task if name == "conll2003"
+          else squad_sources.load_task)
+  with pytest.raises(FileNotFoundError, match=f"tfds build {name} "
+                     f"--data_dir {tmp_path}"):
+    load(name, tfds_data_dir=str(tmp_path))
