@@ -2,6 +2,8 @@
 
   features.py       batch feature names, shapes and dtypes (one spec for the
                     pipeline, the steps, tools and tests)
+  checks.py         config checks of the input a job reads (the sequence
+                    shape; the pretraining pipeline's fields), no TensorFlow
   sources.py        which text files / TFDS splits a run reads, streamed
   demo_corpus.py    the corpus every fresh machine has (CPython's docs)
   tokenizers.py     in-graph SentencePiece / WordPiece; trained and cached

@@ -40,7 +40,6 @@ import jax
 import ml_collections
 import numpy as np
 from absl import logging
-from flax import nnx
 from jax.experimental import multihost_utils
 
 from bert_jax import config_lib
@@ -57,7 +56,6 @@ from bert_jax.downstream import sentence_tasks
 from bert_jax.downstream import span_tasks
 from bert_jax.downstream import token_tasks
 from bert_jax.training import config_checks
-from bert_jax.training import sharding
 from bert_jax.training import trainer as trainer_lib
 
 RESULTS_FILE = "results.json"
@@ -122,10 +120,6 @@ def resolve_config(config, source, task, num_train: int):
     model[field] = config.model[field]
   model.num_labels = task.num_labels
   config.model = model
-  if int(model.type_vocab_size) < 2:  # No segment table (DistilBERT).
-    # Pretraining's sentence-pair setting is moot here; its check would
-    # refuse the model.
-    config.data.update(objective=config_lib.PACKED, nsp=False)
   t = config.train
   if t.num_steps <= 0:
     t.num_steps = max(1, math.ceil(t.num_epochs * num_train / t.batch_size))
@@ -139,47 +133,31 @@ def resolve_config(config, source, task, num_train: int):
 # ==============================================================================
 class Evaluator:
   """Runs the model over each eval split; the task kind's Scorer turns the
-  outputs into its official metrics (and keeps the predictions)."""
+  outputs into its official metrics (and keeps the predictions).
+
+  Outputs and loss sums come from the trainer's predict step
+  (`Trainer.predict`: the objective's `predict` and `loss_sums`), so the
+  eval loss is the train step's loss over every real example or window."""
 
   def __init__(self, scorer, task_input, config):
     self.scorer, self.input, self.config = scorer, task_input, config
     self.scores: dict = {}  # {split: {metric: value}} of the last call.
-    self._predict = None
-
-  def _predict_fn(self, trainer):
-    """Jitted (loss sums, objective outputs) of a global batch."""
-    if self._predict is None:
-      p = trainer.programs
-      objective, config = p.objective, self.config
-
-      def predict(params, batch):
-        model = nnx.merge(p.graphdef, params)
-        sums = objective.loss_sums(model, batch, jax.random.key(0), True,
-                                   config)
-        return sums, objective.predict(model, batch, config)
-
-      self._predict = jax.jit(
-          predict, in_shardings=(p.state_sharding["params"], p.batch_sharding),
-          out_shardings=sharding.replicated(p.mesh))
-    return self._predict
 
   def __call__(self, trainer, params) -> dict:
-    predict = self._predict_fn(trainer)
-    names = trainer.programs.objective.feature_spec(self.config)
-    metrics, totals = {}, {}
+    metrics, totals, index = {}, {}, 0
     for split, batches in self.input.eval_splits.items():
       collected = []
       for local in batches:
-        model_in = {k: local[k] for k in names}
-        batch = sharding.global_batch(model_in, trainer.batch_sharding)
-        with trainer.programs.context():
-          sums, out = jax.device_get(predict(params, batch))
+        sums, out = trainer.predict(params, local, index)
+        index += 1  # The eval rng of the batch (deterministic steps: unused).
         totals = {k: totals.get(k, 0.0) + float(v) for k, v in sums.items()}
         collected.append((_global_rows(local[feature_batches.INDEX]), out))
       scores = self.scorer.score(split, collected)
       self.scores[split] = scores
       prefix = "" if len(self.input.eval_splits) == 1 else f"{split}/"
       metrics.update({prefix + k: v for k, v in scores.items()})
+    # Sums added in float64 over every split, divided once (as pretraining's
+    # eval): the loss over all real examples (windows, labelled words).
     objective = trainer.programs.objective
     metrics["loss"] = (float(objective.loss(totals, totals, self.config))
                        if totals else 0.0)
@@ -207,22 +185,22 @@ def _with_encoder(fresh_params, encoder) -> tuple[dict, list[str]]:
   return params, fresh
 
 
-def encoder_init(source, trainer, fresh_params):
-  """Fresh params with the checkpoint's encoder (`bert` subtree) in place:
+def encoder_init(source, config, fresh_params, abstract_params):
+  """Fresh params with the checkpoint's encoder (`bert` subtree) in place,
+  placed like `abstract_params` (the train state's, with their shardings):
   the head stays at its random init (reported), as in HF. The source's
   params are loaded as its run saved them (any family, an exported
   classifier of another task too) and the objective takes the encoder out;
   entries the head's model lacks (a pooler, for token and QA heads) are
-  left out."""
-  loaded, report = pretrained.load_params(source,
-                                          seed=trainer.config.train.seed)
+  left out. `config` is the run's (resolve_config)."""
+  loaded, report = pretrained.load_params(source, seed=config.train.seed)
   encoder = dict(objectives.encoder_params(loaded, source.config))
   params, fresh = _with_encoder(fresh_params, encoder)
   logging.info("Encoder (%s objective) from %s (%s); fresh: the head%s.",
                source.objective, source.path, report,
                "".join(f", bert/{k}" for k in fresh))
-  return checkpoint_reading.place_params(
-      params, trainer.abstract_state["params"], source=source.path)
+  return checkpoint_reading.place_params(params, abstract_params,
+                                         source=source.path)
 
 
 def run(config: ml_collections.ConfigDict, workdir: str, *,
@@ -250,8 +228,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
     tok = tokenizers.load(tok_spec.path, tok_spec.kind, tok_spec.lower_case)
     inputs = kind.Input(config, tok, task, train_rows, eval_rows)
     config = resolve_config(config, source, task, inputs.num_train)
-    config_checks.validate(config, jax.device_count(), jax.process_count(),
-                           check_sources=False)
+    phases = config_checks.validate(config, jax.device_count(),
+                                    jax.process_count(), check_sources=False)
     config_checks.check_tokenizer(config, tok)
     pretrained.record_tokenizer(workdir, tok)  # What an export ships with.
     logging.info("Task %s: %d train rows (%d %s), eval %s; %d steps of "
@@ -264,7 +242,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
     trainer = trainer_lib.Trainer(
         config, workdir, data=inputs,
         objective=objectives.get(kind.OBJECTIVE), evaluate=evaluator,
-        init_params=lambda t, fresh: encoder_init(source, t, fresh))
+        init_params=lambda fresh, abstract: encoder_init(
+            source, config, fresh, abstract), phases=phases)
     start = time.time()
     metrics = trainer_lib.run_trainer(trainer, lock)
     if not evaluator.scores:  # Resumed after the end: evaluate once more.

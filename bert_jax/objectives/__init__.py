@@ -49,7 +49,12 @@ class Objective:
   # Optional per-example outputs for evaluators that score every example
   # (task metrics, predictions files): (model, batch, config) -> {name:
   # array}, deterministic, each array with the batch's rows as its leading
-  # dimension (classification [B, C], token / span heads [B, T, ...]).
+  # dimension. Classification gives logits [B, C]; a token or span head
+  # [B, T, ...] per position; a packed row holding several examples gathers
+  # them into per-row slots [B, K, ...] and returns the slots' own example
+  # weights beside them, so the evaluator keeps the real ones. Programs
+  # jits it as `predict_step` (with the loss sums), replicated on every
+  # process; the trainer never reads the names.
   predict: Callable[..., dict] | None = None
   # Optional params held fixed while training, e.g. a distillation teacher:
   # (config, rngs) -> nnx.Module. They live in the train state as
@@ -71,8 +76,12 @@ class Objective:
   # logits at max_predictions_per_seq positions (flops.bert_flops_per_sequence).
   # flops.train_flops_per_step multiplies by the global batch.
   flops: Callable[..., float] | None = None
-  # Optional family-specific config checks, run by config_checks.validate
-  # before anything is written: (config) -> None, ValueError naming the field.
+  # Optional config checks of this objective's job, run by
+  # config_checks.validate (also per phase) before anything is written:
+  # (config) -> None, ValueError naming the field. The objective says which
+  # apply: its own fields and those of the input it reads (pretraining
+  # objectives: the pretraining pipeline's, `data.checks.check_pretraining`;
+  # tasks: the sequence shape, `data.checks.check_sequence`, and theirs).
   validate: Callable[..., None] | None = None
   # Optional start of fine-tuning from this family's runs (finetune.py):
   # the BertModel that the classifier wraps. (run config) -> its model

@@ -9,6 +9,7 @@ set. ALBERT configs set ``data.objective="sop"`` and ``data.max_ngram=3``.
 from __future__ import annotations
 
 from bert_jax import config_lib
+from bert_jax.data import checks as data_checks
 from bert_jax.models import albert
 from bert_jax.models import flops as flops_lib
 from bert_jax.objectives import Objective
@@ -46,6 +47,7 @@ def validate(config) -> None:
                      "with objective.name='albert': ALBERT factorizes its "
                      "embeddings; set 0 < embedding_size != hidden_size "
                      "(published: 128).")
+  data_checks.check_pretraining(config)
 
 
 def encoder_params(params, config) -> dict:

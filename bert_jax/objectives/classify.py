@@ -3,6 +3,8 @@
 Rows with ``example_weights`` 0 pad the last eval batch of a bucket; they
 carry no loss and no metric weight, so nothing is dropped or double-counted.
 ``model.num_labels`` = 1 selects regression (STS-B), as in Hugging Face.
+The evaluator scores every example from ``predict`` (the logits) and reports
+the loss of ``loss_sums``, both from the trainer's predict step.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from bert_jax.data import checks as data_checks
 from bert_jax.data import features
 from bert_jax.models import bert as model_lib
 from bert_jax.objectives import Objective
@@ -73,7 +76,17 @@ def metrics(sums, counts_, config) -> dict:
   return out
 
 
+def validate(config) -> None:
+  """A task's checks: the sequence shape and the head. The pretraining
+  pipeline's (tokenizer training, masking, sentence pairs) do not apply:
+  rows come from the task with the checkpoint's tokenizer."""
+  data_checks.check_sequence(config)
+  if int(config.model.num_labels) < 1:
+    raise ValueError(f"model.num_labels={config.model.num_labels} must be >= 1"
+                     " (1: regression).")
+
+
 OBJECTIVE = Objective(
     name="classify", make_model=make_model, feature_spec=feature_spec,
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
-    log_keys=(("loss", "loss"),), predict=predict)
+    log_keys=(("loss", "loss"),), predict=predict, validate=validate)

@@ -29,6 +29,7 @@ from absl import logging
 
 from bert_jax import objectives
 from bert_jax import pretrained
+from bert_jax.data import checks as data_checks
 from bert_jax.data import features
 from bert_jax.models import bert as model_lib
 from bert_jax.models import flops as flops_lib
@@ -185,6 +186,7 @@ def validate(config) -> None:
   if o.temperature <= 0 or min(o.alpha_ce, o.alpha_mlm, o.alpha_cos) < 0:
     raise ValueError(f"objective.temperature={o.temperature} must be > 0 and "
                      "objective.alpha_ce/alpha_mlm/alpha_cos >= 0.")
+  data_checks.check_pretraining(config)
 
 
 def flops_per_sequence(config) -> float:

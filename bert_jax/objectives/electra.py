@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from bert_jax.data import checks as data_checks
 from bert_jax.data import features
 from bert_jax.hf import checkpoint_io
 from bert_jax.hf import electra as hf_electra
@@ -198,5 +199,5 @@ OBJECTIVE = Objective(
     log_keys=(("loss", "loss"), ("gen_acc", "mlm_accuracy"),
               ("disc_acc", "disc_accuracy"), ("disc_prec", "disc_precision"),
               ("disc_rec", "disc_recall"), ("replaced", "replaced_share")),
-    hf_export=hf_export, flops=flops_per_sequence,
-    encoder_params=encoder_params)
+    validate=data_checks.check_pretraining, hf_export=hf_export,
+    flops=flops_per_sequence, encoder_params=encoder_params)

@@ -1,6 +1,9 @@
 """Optimizer: AdamW or LAMB, linear warmup then linear decay, clipping.
 
-Weight decay skips LayerNorm parameters and biases, as in BERT.
+Weight decay skips LayerNorm parameters and biases, as in BERT. The run's
+schedule is built once (`learning_rate_schedule`) and handed to the optimizer;
+the rate a step logs is read back from the optimizer's own step count
+(`learning_rate`), so the log shows the rate the update applied.
 """
 
 import jax
@@ -46,8 +49,12 @@ def decay_mask(params):
 
 
 def make_optimizer(train: ml_collections.ConfigDict,
-                   phases=None) -> optax.GradientTransformation:
-  schedule = learning_rate_schedule(train, phases)
+                   schedule: optax.Schedule | None = None
+                   ) -> optax.GradientTransformation:
+  """Clipping, then AdamW or LAMB stepping by `schedule` (the run's, from
+  `learning_rate_schedule`; None: the single-phase schedule of `train`)."""
+  if schedule is None:
+    schedule = learning_rate_schedule(train)
   if train.optimizer == "adamw":
     opt = optax.adamw(schedule, b1=train.adam_b1, b2=train.adam_b2,
                       eps=train.adam_eps, weight_decay=train.weight_decay,
@@ -60,3 +67,17 @@ def make_optimizer(train: ml_collections.ConfigDict,
     raise ValueError(f"train.optimizer={train.optimizer!r} is not one of "
                      "'adamw', 'lamb'.")
   return optax.chain(optax.clip_by_global_norm(train.max_grad_norm), opt)
+
+
+def learning_rate(schedule: optax.Schedule, opt_state) -> jax.Array:
+  """The rate the next update of `opt_state` applies: `schedule` at the count
+  of the optimizer's own schedule state (optax's ScaleByScheduleState, which
+  both AdamW and LAMB carry), not at the train step, which a dropped
+  non-finite update advances while the optimizer's count stays."""
+  counts = [s.count for s in jax.tree.leaves(
+      opt_state, is_leaf=lambda x: isinstance(x, optax.ScaleByScheduleState))
+            if isinstance(s, optax.ScaleByScheduleState)]
+  if len(counts) != 1:
+    raise ValueError(f"The optimizer state holds {len(counts)} learning-rate "
+                     "schedule states; expected exactly one.")
+  return schedule(counts[0])

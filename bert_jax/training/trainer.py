@@ -66,15 +66,18 @@ class Trainer:
 
   Pretraining by default; fine-tuning passes its own `data` (train_iter,
   eval_batches, eval_extras()), `objective`, `evaluate` ((trainer, params)
-  -> metrics, for metrics that need every prediction rather than sums) and
-  `init_params` ((trainer, fresh params) -> params for a new run).
+  -> metrics, for metrics that need every prediction rather than sums: it
+  gets them from `predict`) and `init_params` ((fresh params, abstract
+  params) -> params for a new run, placed like the abstract ones). `phases`
+  are the ones `config_checks.validate` returned (None: resolved here).
   """
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
-               data=None, objective=None, evaluate=None, init_params=None):
+               data=None, objective=None, evaluate=None, init_params=None,
+               phases=None):
     self.config, self.workdir = config, workdir  # Validated by the caller.
     # ---- Phases: the one a resumed run is in decides the first pipeline.
-    self.phases = phases_lib.resolve(config)
+    self.phases = phases_lib.resolve(config) if phases is None else phases
     latest = _latest_step(workdir)
     self._phase = phases_lib.at_step(self.phases, max((latest or 0) - 1, 0))
     if data is None:
@@ -94,11 +97,12 @@ class Trainer:
     logging.info("Mesh %s over %d devices (%d processes).",
                  sharding.describe(self.mesh), jax.device_count(),
                  jax.process_count())
-    self.batch_sharding = sharding.batch_sharding(self.mesh)
 
     # ---- Model, state shardings and compiled steps (ahead of time).
-    self.programs = steps_lib.Programs(config, self.mesh, objective)
+    self.programs = steps_lib.Programs(config, self.mesh, objective,
+                                       phases=self.phases)
     self.abstract_state = self.programs.abstract_state
+    self.batch_sharding = self.programs.batch_sharding
     self.checkpointer = checkpointing.Checkpointer(workdir, config.checkpoint)
     self._train_steps = {}  # Global batch shape -> compiled step.
     self._compile()
@@ -208,7 +212,8 @@ class Trainer:
     with self._context():
       state = self.programs.warm_start(self.programs.init())
     if self._init_params_fn is not None:
-      state = dict(state, params=self._init_params_fn(self, state["params"]))
+      state = dict(state, params=self._init_params_fn(
+          state["params"], self.abstract_state["params"]))
     elif self.config.train.init_from:
       state = dict(state, params=self._init_params(self.config.train.init_from))
     return state
@@ -238,6 +243,24 @@ class Trainer:
       totals = {k: totals.get(k, 0.0) + float(v) for k, v in sums.items()}
     return {k: float(v) for k, v in
             self.programs.objective.metrics(totals, totals, self.config).items()}
+
+  def predict(self, params, local_batch: dict, index: int = 0,
+              frozen=None) -> tuple[dict, dict]:
+    """(loss sums, predictions) of one eval batch, on the host: the
+    objective's `predict` outputs for every row of the global batch (all
+    processes' rows, in global order) and the sums its loss is made of.
+    `local_batch` is this process's rows (extra keys are ignored); `index`
+    picks the eval rng (`Programs.eval_rng`)."""
+    if self.programs.predict_step is None:
+      raise ValueError(f"objective {self.programs.objective.name!r} declares "
+                       "no predictions (Objective.predict).")
+    names = self.programs.objective.feature_spec(self.config)
+    batch = sharding.global_batch({k: local_batch[k] for k in names},
+                                  self.batch_sharding)
+    with self._context():
+      out = self.programs.predict_step(params, batch,
+                                       self.programs.eval_rng(index), frozen)
+    return jax.device_get(out)
 
   def _format(self, metrics: dict, everything: bool = False) -> str:
     """The objective's log keys (or every metric, for a custom evaluate)."""
@@ -365,6 +388,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   Every check runs before anything is written; then the run takes the
   workdir (`workdir_lock`: a second run on it is refused before it writes).
   """
-  config_checks.validate(config, jax.device_count(), jax.process_count())
+  phases = config_checks.validate(config, jax.device_count(),
+                                  jax.process_count())
   with workdir_lock.hold(workdir, take_over=take_over_workdir) as lock:
-    return run_trainer(Trainer(config, workdir), lock)
+    return run_trainer(Trainer(config, workdir, phases=phases), lock)

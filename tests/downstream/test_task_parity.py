@@ -81,9 +81,8 @@ def _our_run(base, kind):
                                 objectives.get(config.objective.name))
   with programs.context():
     state = programs.init()
-  holder = type("T", (), dict(config=config,
-                              abstract_state=programs.abstract_state))
-  params = finetuning.encoder_init(source, holder, state["params"])
+  params = finetuning.encoder_init(source, config, state["params"],
+                                   programs.abstract_state["params"])
   head = dict(params[spec["head"]])
   head["kernel"] = head["kernel"] * HEAD_SCALE
   params[spec["head"]] = head
