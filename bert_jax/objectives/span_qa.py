@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from bert_jax.data import checks as data_checks
 from bert_jax.data import features
 from bert_jax.models import bert as model_lib
 from bert_jax.models import flops as flops_lib
@@ -90,8 +91,32 @@ def flops(config) -> float:
   return t * (flops_lib.encoder_flops_per_token(m, t) + 12.0 * m.hidden_size)
 
 
+def validate(config) -> None:
+  """A QA task's checks: the sequence shape, and room in it for the context
+  beside the longest question (run_squad's max_seq_length >
+  max_query_length + 3: [CLS] and two [SEP]); the answer search's sizes.
+  The pretraining pipeline's checks do not apply (see classify)."""
+  data_checks.check_sequence(config)
+  task = config.get("task")
+  if task is None:  # The objective alone (tests, tools): no windows to check.
+    return
+  seq, query = int(config.data.seq_length), int(task.max_query_length)
+  if query < 1:
+    raise ValueError(f"task.max_query_length={query} must be >= 1.")
+  if seq <= query + 3:
+    raise ValueError(f"data.seq_length={seq} must exceed task.max_query_length"
+                     f"={query} + 3 ([CLS] and two [SEP]) to leave room for "
+                     "the context.")
+  for field in ("n_best_size", "max_answer_length"):
+    if int(task[field]) < 1:
+      raise ValueError(f"task.{field}={task[field]} must be >= 1.")
+  if int(task.doc_stride) < 0:
+    raise ValueError(f"task.doc_stride={task.doc_stride} must be >= 1, or 0 "
+                     "(run_squad's 128).")
+
+
 OBJECTIVE = Objective(
     name="span_qa", make_model=make_model, feature_spec=feature_spec,
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
     log_keys=(("loss", "loss"), ("span_acc", "span_accuracy")), flops=flops,
-    predict=predict)
+    predict=predict, validate=validate)

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from bert_jax.data import checks as data_checks
 from bert_jax.data import features
 from bert_jax.models import bert as model_lib
 from bert_jax.models import flops as flops_lib
@@ -74,8 +75,27 @@ def flops(config) -> float:
               + 6.0 * m.hidden_size * m.num_labels)
 
 
+def validate(config) -> None:
+  """A tagging task's checks: the sequence shape, the head and the windows
+  over long sentences. The pretraining pipeline's (tokenizer training,
+  masking, sentence pairs) do not apply: rows come from the task with the
+  checkpoint's tokenizer."""
+  data_checks.check_sequence(config)
+  if int(config.model.num_labels) < 1:
+    raise ValueError(f"model.num_labels={config.model.num_labels} must be >= 1"
+                     " (the tag set's size).")
+  task = config.get("task")
+  if task is None:  # The objective alone (tests, tools): no windows to check.
+    return
+  window = int(config.data.seq_length) - 2  # [CLS] ... [SEP]
+  if not 0 <= int(task.doc_stride) <= window:
+    raise ValueError(f"task.doc_stride={task.doc_stride} must be between 1 and "
+                     f"the window's {window} tokens (data.seq_length - 2), or "
+                     "0 (half the window).")
+
+
 OBJECTIVE = Objective(
     name="token_classify", make_model=make_model, feature_spec=feature_spec,
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
     log_keys=(("loss", "loss"), ("acc", "accuracy")), flops=flops,
-    predict=predict)
+    predict=predict, validate=validate)

@@ -255,3 +255,17 @@ def test_squad_answer_start_off_its_text_is_one_line(learned, tmp_path):
       f"error: {bad}: question 'q1': answer_start=3 points at 'is is ', "
       "not at the answer text 'France'."), lines
   assert helpers.written_files(tmp_path / "out") == []
+
+
+def test_no_room_for_the_context_is_refused_before_anything_is_written(
+    learned, tmp_path):
+  """span_qa's own check (its validate hook) runs before the workdir is
+  taken: a question budget that leaves no context token is one error."""
+  config = qa_config(learned["hf"]["out"], learned["dev"], learned["dev"])
+  config.task.max_query_length = SEQ - 3
+  with pytest.raises(ValueError) as e:
+    finetuning.run(config, str(tmp_path / "out"))
+  assert str(e.value) == (
+      f"data.seq_length={SEQ} must exceed task.max_query_length={SEQ - 3} + 3"
+      " ([CLS] and two [SEP]) to leave room for the context.")
+  assert helpers.written_files(tmp_path / "out") == []
