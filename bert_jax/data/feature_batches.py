@@ -4,9 +4,11 @@ Token tagging and QA build their features on the host (words -> sub-tokens
 with character offsets, overlapping windows: ``token_features``,
 ``span_features``); this module windows long sequences and batches the
 result the way ``task_data`` batches sentence tasks: each feature falls in
-the smallest bucket length that holds it (``task_data.bucket_lengths``) and
+the smallest bucket length that holds it (:func:`bucket_lengths`) and
 every batch comes from one bucket, so XLA compiles once per bucket.
 
+* :func:`bucket_lengths`: the static lengths batches may have (sentence
+  tasks' too: ``task_data`` batches by the same lengths).
 * :func:`window_starts` / :func:`max_context_owner`: google-research/bert's
   doc-stride windows (a window starts every ``stride`` tokens until one
   reaches the end) and its "maximum context" rule (a token belongs to the
@@ -33,8 +35,18 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+DEFAULT_BUCKETS = (32, 64, 128)
 INDEX = "example_index"
 STATE_FILE = "feature_iterator.json"
+
+
+def bucket_lengths(seq_length: int,
+                   buckets: Sequence[int] = DEFAULT_BUCKETS) -> tuple[int, ...]:
+  """The static sequence lengths batches may have (sorted, last seq_length)."""
+  if seq_length < 3:
+    raise ValueError(f"seq_length={seq_length} must be >= 3 ([CLS] x [SEP]).")
+  return tuple(sorted({min(int(b), seq_length) for b in buckets if int(b) > 2}
+                      | {int(seq_length)}))
 
 
 def window_starts(n: int, window: int, stride: int) -> list[int]:

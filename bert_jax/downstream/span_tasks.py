@@ -27,7 +27,6 @@ import numpy as np
 from bert_jax.data import feature_batches
 from bert_jax.data import span_features
 from bert_jax.data import squad_sources
-from bert_jax.data import task_data
 from bert_jax.downstream import span_answers
 from bert_jax.downstream import squad_metrics
 
@@ -64,8 +63,8 @@ class Input:
 
   def __init__(self, config, tok, task, train, evals: dict):
     kw = feature_kwargs(config)
-    lengths = task_data.bucket_lengths(config.data.seq_length,
-                                       tuple(config.task.buckets))
+    lengths = feature_batches.bucket_lengths(config.data.seq_length,
+                                             tuple(config.task.buckets))
     proc = dict(process_index=jax.process_index(),
                 process_count=jax.process_count())
     pad_id = 0 if tok.pad_id is None else int(tok.pad_id)

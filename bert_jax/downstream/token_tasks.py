@@ -22,7 +22,6 @@ import jax
 import numpy as np
 
 from bert_jax.data import feature_batches
-from bert_jax.data import task_data
 from bert_jax.data import token_features
 from bert_jax.data import token_sources
 from bert_jax.downstream import entity_metrics
@@ -57,8 +56,8 @@ class Input:
     kw = dict(seq_length=config.data.seq_length,
               stride=window_stride(config),
               label_all_subtokens=bool(config.task.label_all_subtokens))
-    lengths = task_data.bucket_lengths(config.data.seq_length,
-                                       tuple(config.task.buckets))
+    lengths = feature_batches.bucket_lengths(config.data.seq_length,
+                                             tuple(config.task.buckets))
     proc = dict(process_index=jax.process_index(),
                 process_count=jax.process_count())
     pad_id = 0 if tok.pad_id is None else int(tok.pad_id)
