@@ -8,10 +8,11 @@ character offsets), trained with the ``span_qa`` objective
 (``BertForQuestionAnswering``), answered by ``span_answers`` (n-best spans
 over windows, v2 null odds against ``task.null_score_diff_threshold``) and
 scored by the official EM / F1 (``squad_metrics``). Each eval split writes
-``predictions/<split>/predictions.json`` ({question id: answer text}) and,
-for v2, ``null_odds.json`` ({question id: null odds}): the official
-``evaluate-v2.0.py DATA predictions.json --na-prob-file null_odds.json``
-reads them unchanged.
+``predictions/<split>/predictions.json`` ({question id: answer text}),
+``nbest_predictions.json`` (run_squad's: per question the n-best texts with
+probability, start and end logit) and, for v2, ``null_odds.json``
+({question id: null odds}): the official ``evaluate-v2.0.py DATA
+predictions.json --na-prob-file null_odds.json`` reads them unchanged.
 
 The module gives ``finetuning`` the task-kind names (see ``token_tasks``).
 """
@@ -34,6 +35,7 @@ KIND = "span"
 OBJECTIVE = "span_qa"
 PREDICTIONS_FILE = "predictions.json"
 NULL_ODDS_FILE = "null_odds.json"
+NBEST_FILE = "nbest_predictions.json"
 
 
 def read(config, workdir: str):
@@ -104,7 +106,7 @@ class Scorer:
                         n_best=int(t.n_best_size),
                         max_answer_length=int(t.max_answer_length),
                         null_threshold=float(t.null_score_diff_threshold))
-    self.predicted: dict = {}  # {split: (predictions, null_odds)}
+    self.predicted: dict = {}  # {split: (predictions, null_odds, nbest)}
     self.details: dict = {}  # {split: counts, best thresholds}
 
   def score(self, split: str, batches: list) -> dict:
@@ -116,9 +118,9 @@ class Scorer:
         if f >= 0:
           start[int(f)], end[int(f)] = s[row], e[row]
     examples = self.input.data[split]
-    predictions, null_odds = span_answers.best_answers(
+    predictions, null_odds, nbest = span_answers.best_answers(
         examples, self.input.span_maps[split], start, end, **self.options)
-    self.predicted[split] = (predictions, null_odds)
+    self.predicted[split] = (predictions, null_odds, nbest)
     scores, extras = squad_metrics.evaluate(
         gold_answers(examples), predictions, self.task.version_2,
         null_odds if self.task.version_2 else None)
@@ -127,13 +129,14 @@ class Scorer:
     return scores
 
   def write(self, directory: str) -> list[str]:
-    """predictions/<split>/predictions.json (and null_odds.json for v2)."""
+    """predictions/<split>/predictions.json, nbest_predictions.json (and
+    null_odds.json for v2)."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     paths = []
-    for split, (predictions, null_odds) in self.predicted.items():
+    for split, (predictions, null_odds, nbest) in self.predicted.items():
       d = os.path.join(directory, split)
       tf.io.gfile.makedirs(d)
-      files = [(PREDICTIONS_FILE, predictions)]
+      files = [(PREDICTIONS_FILE, predictions), (NBEST_FILE, nbest)]
       if self.task.version_2:
         files.append((NULL_ODDS_FILE, null_odds))
       for name, content in files:

@@ -1,8 +1,9 @@
 """Extractive QA (SQuAD 2.0 format) end to end: learns a generated task
 with contexts longer than a window, finds answers that lie only in later
 windows or across window borders, detects unanswerable questions, writes
-the official predictions.json / null_odds.json, resumes exactly, and exports
-to a Hugging Face BertForQuestionAnswering that answers the same.
+the official predictions.json / null_odds.json (and run_squad's
+nbest_predictions.json), resumes exactly, and exports to a Hugging Face
+BertForQuestionAnswering that answers the same.
 
 transformers 5 removed ``pipeline("question-answering")``; the reference
 here is what that pipeline did (transformers 4.x ``QuestionAnsweringPipeline``
@@ -119,6 +120,23 @@ def test_predictions_and_null_odds_are_the_official_files(learned):
   assert all(isinstance(v, float) for v in null_odds.values())
   # Null predicted exactly where the odds exceed the threshold (0).
   assert all((predictions[q] == "") == (null_odds[q] > 0) for q in ids)
+  # run_squad's nbest_predictions.json: per question at most n_best
+  # distinct texts best first, the null answer "" among them (v2), the
+  # probabilities a softmax over the list; the first span is the answer.
+  nbest = _read(workdir, "nbest_predictions.json")
+  assert sorted(nbest) == sorted(ids)
+  n_best = learned["config"].task.n_best_size
+  for q in ids:
+    texts = [e["text"] for e in nbest[q]]
+    assert len(texts) == len(set(texts)) <= n_best + 1 and "" in texts
+    total = np.array([e["start_logit"] + e["end_logit"] for e in nbest[q]])
+    ranked = total[:-1] if texts[-1] == "" else total  # null appended
+    assert np.all(np.diff(ranked) <= 0)
+    np.testing.assert_allclose([e["probability"] for e in nbest[q]],
+                               np.exp(total) / np.exp(total).sum(),
+                               rtol=1e-6)
+    if predictions[q]:
+      assert predictions[q] == next(t for t in texts if t)
   # The files alone give the reported numbers (evaluate-v2.0.py's path).
   gold = {e.id: [t for t, _ in e.answers] for e in examples}
   scores, extras = squad_metrics.evaluate(gold, predictions, True, null_odds)

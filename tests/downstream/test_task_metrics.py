@@ -183,7 +183,27 @@ def _answers(span_map, logits, version_2=False, **kw):
   start = {f: l[0] for f, l in enumerate(logits)}
   end = {f: l[1] for f, l in enumerate(logits)}
   return span_answers.best_answers(ex, span_map, start, end,
-                                   version_2=version_2, **kw)
+                                   version_2=version_2, **kw)[:2]
+
+
+def _nbest(span_map, logits, version_2=False, **kw):
+  """The question's n-best list as (text, start logit, end logit) and the
+  probabilities; checks the prediction is its first non-empty text."""
+  from bert_jax.data import squad_sources
+  from bert_jax.downstream import span_answers
+  ex = [squad_sources.QAExample("q", "?", CONTEXT, (("big", 11),))]
+  start = {f: l[0] for f, l in enumerate(logits)}
+  end = {f: l[1] for f, l in enumerate(logits)}
+  preds, odds, nbest = span_answers.best_answers(
+      ex, span_map, start, end, version_2=version_2, **kw)
+  entries = nbest["q"]
+  assert all(set(e) == {"text", "probability", "start_logit", "end_logit"}
+             for e in entries)
+  texts = [e["text"] for e in entries if e["text"]]
+  if preds["q"]:
+    assert preds["q"] == texts[0]
+  return ([(e["text"], e["start_logit"], e["end_logit"]) for e in entries],
+          [e["probability"] for e in entries], preds["q"], odds)
 
 
 def test_answer_is_cut_from_the_context_by_offsets():
@@ -224,3 +244,51 @@ def test_best_over_windows_and_v2_null_odds():
   assert odds["q"] == pytest.approx(7.0 - 6.0) and preds["q"] == ""
   preds, _ = _answers(m, [w0n, w1n], version_2=True, null_threshold=1.5)
   assert preds["q"] == "big world"
+
+
+def test_nbest_list_is_run_squads_by_hand():
+  """Candidates of both windows best first, a text twice (the overlap
+  token ',' in both windows) kept once, n_best distinct texts, each with
+  its logits and the softmax of start + end over the list."""
+  import numpy as np
+  # Window 0 holds tokens 0-2 (hi there ,), window 1 tokens 2-4 (, big world).
+  m = _one_question(OFFSETS, [(0, 3), (2, 3)])
+  w0 = _logits(3 + 2, 3 + 2, high=2.0)  # ',' 4.0 (others 0)
+  w1 = _logits(3 + 0, 3 + 0, high=3.0, extra=[(3 + 2, "e", 1.0)])
+  # Window 1: ',' 6.0; ', big world' 3 + 1 = 4.0; 'big'.. 'world' 0 ...
+  entries, probs, pred, odds = _nbest(m, [w0, w1], n_best=3)
+  assert pred == "," and odds == {}
+  assert entries[0] == (",", 3.0, 3.0)  # window 1's; window 0's dropped
+  assert entries[1] == (",  big world", 3.0, 1.0)
+  assert len(entries) == 3 and len({t for t, _, _ in entries}) == 3
+  assert entries[2][1] + entries[2][2] <= 4.0
+  total = np.array([s + e for _, s, e in entries])
+  np.testing.assert_allclose(probs, np.exp(total) / np.exp(total).sum())
+  assert sum(probs) == pytest.approx(1.0)
+  # max_answer_length 1 and n_best 1: one start and one end candidate each.
+  entries, probs, pred, _ = _nbest(m, [w0, w1], n_best=1,
+                                   max_answer_length=1)
+  assert entries == [(",", 3.0, 3.0)] and probs == [1.0] and pred == ","
+
+
+def test_nbest_v2_ranks_the_null_answer_and_always_holds_it():
+  import numpy as np
+  m = _one_question(OFFSETS, [(0, 5)])
+  s, e = _logits(3 + 3, 3 + 3, high=2.0)  # 'big' 4.0
+  s[0], e[0] = 2.5, 2.0  # null 4.5: ranked first, then 'big'
+  entries, probs, pred, odds = _nbest(m, [(s, e)], version_2=True, n_best=2)
+  assert entries[:2] == [("", 2.5, 2.0), ("big", 2.0, 2.0)]
+  assert pred == "" and odds["q"] == pytest.approx(0.5)
+  # n_best 1 with the span ahead: the null entry is appended after it.
+  s[0], e[0] = 1.0, 1.0  # null 2.0
+  entries, probs, pred, _ = _nbest(m, [(s, e)], version_2=True, n_best=1)
+  assert entries == [("big", 2.0, 2.0), ("", 1.0, 1.0)] and pred == "big"
+  np.testing.assert_allclose(probs, [np.exp(4) / (np.exp(4) + np.exp(2)),
+                                     np.exp(2) / (np.exp(4) + np.exp(2))])
+
+
+def test_nbest_without_a_valid_span_is_the_empty_prediction():
+  m = _one_question(OFFSETS, [(0, 5)])
+  s, e = _logits(3 + 4, 3 + 1, high=9.0)  # only backwards pairs
+  entries, probs, pred, _ = _nbest(m, [(s, e)], n_best=1)
+  assert (entries, probs, pred) == ([("", 0.0, 0.0)], [1.0], "")
