@@ -4,8 +4,10 @@ Each word is tokenized alone with the checkpoint's own tokenizer (as Hugging
 Face's ``is_split_into_words``); a word with no piece (e.g. a lone control
 character) becomes ``[UNK]``, so every word has a first sub-token. The first
 sub-token carries the word's tag; the others are left out of the loss, or
-with ``label_all_subtokens`` carry it too (``B-x`` as ``I-x``, as Hugging
-Face's ``run_ner``). Predictions are always read at first sub-tokens.
+with ``label_all_subtokens`` carry it too as the tag of a continuation in
+the word's scheme (``B-x`` as ``I-x``, as Hugging Face's ``run_ner``; BIOES
+``S-x`` / ``E-x`` words as ``I-x``... ``E-x``: :func:`continuation_tag`).
+Predictions are always read at first sub-tokens.
 
 A sentence longer than ``seq_length - 2`` sub-tokens is cut into
 overlapping windows (``feature_batches.window_starts``, every ``stride``
@@ -57,11 +59,20 @@ def word_pieces(tok: tokenizers.Tokenizer, words: Sequence[str]
   return [p.astype(np.int32) if len(p) else unk for p in out]
 
 
-def continuation_tag(tag: str, label_ids: dict) -> str:
-  """The tag of a word's later sub-tokens under ``label_all_subtokens``."""
-  if tag.startswith("B-") and "I-" + tag[2:] in label_ids:
-    return "I-" + tag[2:]
-  return tag
+def continuation_tag(tag: str, label_ids: dict, last: bool) -> str:
+  """The tag of a later sub-token of a word tagged `tag` (`last`: the
+  word's last sub-token) under ``label_all_subtokens``, so that the
+  sub-tokens read as one entity in the word's scheme: a later sub-token is
+  inside the entity, never its start (``B-x`` -> ``I-x``, as Hugging Face's
+  run_ner, and BIOES ``S-x`` too), and ends it only where the word does
+  (BIOES ``E-x`` and ``S-x`` words: ``E-x`` on their last sub-token,
+  ``I-x`` before it). ``I-x`` and ``O`` stay; a tag the tag set lacks
+  falls back to the word's own."""
+  prefix, dash, kind = tag.partition("-")
+  if not dash or prefix not in ("B", "I", "E", "S"):
+    return tag
+  wanted = ("E-" if last and prefix in ("E", "S") else "I-") + kind
+  return wanted if wanted in label_ids else tag
 
 
 def build(data: token_sources.TaggedSentences, tok: tokenizers.Tokenizer,
@@ -96,9 +107,13 @@ def build(data: token_sources.TaggedSentences, tok: tokenizers.Tokenizer,
     unknown += int(np.sum(tag_ids < 0))
     piece_labels = tag_ids[word_of]
     if label_all_subtokens:
-      cont = np.array([label_ids.get(continuation_tag(t, label_ids), -1)
-                       for t in tags], np.int64)
-      piece_labels = np.where(first, piece_labels, cont[word_of])
+      last = np.zeros(len(ids), bool)
+      last[np.cumsum([len(p) for p in per_word]) - 1] = True
+      inner, final = (np.array([label_ids.get(continuation_tag(
+          t, label_ids, at_end), -1) for t in tags], np.int64)
+                      for at_end in (False, True))
+      piece_labels = np.where(first, piece_labels,
+                              np.where(last, final[word_of], inner[word_of]))
     starts = feature_batches.window_starts(len(ids), window, stride)
     lens = [min(window, len(ids) - st) for st in starts]
     owner = np.array([feature_batches.max_context_owner(p, starts, lens)

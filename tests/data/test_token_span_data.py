@@ -263,6 +263,34 @@ def test_label_all_subtokens(tok):
                                 [0, 1, 2, 0, 0])  # ##ful: B-PER -> I-PER
 
 
+@pytest.mark.parametrize("tags, expected", [
+    # wonder ##ful ##ly | day: the later sub-tokens continue the word's
+    # entity in its scheme (never its start; its end only where the word
+    # ends it); the first keeps the word's tag, where it is predicted.
+    (["S-PER", "O"], ["S-PER", "I-PER", "E-PER", "O"]),
+    (["B-PER", "E-PER"], ["B-PER", "I-PER", "I-PER", "E-PER"]),
+    (["I-PER", "E-PER"], ["I-PER", "I-PER", "I-PER", "E-PER"]),
+    (["E-PER", "O"], ["E-PER", "I-PER", "E-PER", "O"]),
+    (["B-PER", "S-LOC"], ["B-PER", "I-PER", "I-PER", "S-LOC"]),
+    (["O", "O"], ["O", "O", "O", "O"]),
+])
+def test_label_all_subtokens_bioes(tok, tags, expected):
+  from bert_jax.downstream import entity_metrics
+  names = ["O", "B-PER", "I-PER", "E-PER", "S-PER", "S-LOC"]
+  data = token_sources.TaggedSentences([["wonderfully", "day"]], [tags],
+                                       ["x"])
+  every, _ = token_features.build(data, tok, names, seq_length=16, stride=8,
+                                  label_all_subtokens=True)
+  assert [tok.id_to_piece(i) for i in every.input_ids[0, 1:4]] == [
+      "wonder", "##ful", "##ly"]
+  np.testing.assert_array_equal(every.arrays["label_weights"][0, :6],
+                                [0, 1, 1, 1, 1, 0])
+  got = [names[i] for i in every.arrays["labels"][0, 1:5]]
+  assert got == expected
+  if tags == ["B-PER", "E-PER"]:  # One entity over all four sub-tokens.
+    assert entity_metrics.entities(got) == [("PER", 0, 3)]
+
+
 # --- span features: windows and offsets --------------------------------------
 def test_answer_only_in_a_later_window_is_a_target_only_there(tok):
   filler = " ".join(["the movie was long"] * 8)
