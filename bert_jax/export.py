@@ -2,14 +2,15 @@
 
 The run's objective (``pretrained.Source.objective``) says which models its
 params are (``objectives.hf_models``: BERT one BertForPreTraining, a
-fine-tuned classifier BertForSequenceClassification, ALBERT
-AlbertForPreTraining, DistilBERT its student, ELECTRA discriminator/ and
-generator/), and each is written by the one writer,
-``checkpoint_io.save_hf_model``, so nothing here branches on the objective.
-A fine-tuned classifier gets its label names from the run (``results.json``,
-else ``label_map.json``, else the GLUE task's names) as ``id2label`` /
-``label2id``; heads a run did not train are flagged. No mesh, no TensorFlow
-for local workdirs.
+fine-tuned classifier its encoder family's sequence-classification class,
+ALBERT AlbertForPreTraining, DistilBERT its student, ELECTRA
+discriminator/ and generator/), and each is written by the one writer,
+``checkpoint_io.save_hf_model`` (vocabulary rows past the tokenizer left
+out), so nothing here branches on the objective. A fine-tuned classifier
+gets its label names from the run (its ``task.label_names``, else
+``results.json``, else ``label_map.json``, else the GLUE task's names) as
+``id2label`` / ``label2id``; heads a run did not train are flagged. No
+mesh, no TensorFlow for local workdirs.
 
   from bert_jax import export
   export.export_run(WORKDIR, OUT)          # or tools/convert_to_hf.py
@@ -33,7 +34,11 @@ LABEL_MAP_FILE = "label_map.json"  # task_sources.LABEL_MAP_FILE.
 
 def run_label_names(source: pretrained.Source) -> tuple[str, ...]:
   """Class names in id order of a fine-tuning run, () when it has none
-  (regression, or not a fine-tuning run)."""
+  (regression, or not a fine-tuning run): its task.label_names, else the
+  results' or the label map's, else the GLUE task's."""
+  task = (source.config or {}).get("task") or {}
+  if task.get("label_names"):
+    return tuple(task["label_names"])
   if source.workdir:
     text = pretrained.read_text(os.path.join(source.workdir, RESULTS_FILE))
     if text is not None and json.loads(text).get("label_names"):
@@ -42,7 +47,6 @@ def run_label_names(source: pretrained.Source) -> tuple[str, ...]:
     if text is not None:
       label2id = json.loads(text)["label2id"]
       return tuple(sorted(label2id, key=label2id.get))
-  task = (source.config or {}).get("task") or {}
   name = task.get("name", "")
   if name.startswith("glue/"):
     return task_sources.glue_task(name).label_names

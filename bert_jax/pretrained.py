@@ -49,8 +49,10 @@ from bert_jax import config_lib
 from bert_jax.checkpoints import reading as checkpoint_reading
 from bert_jax.hf import checkpoint_io
 from bert_jax.hf import electra
+from bert_jax.hf import importing
 from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
+from bert_jax.hf import vocab
 
 WORKDIR, STEP, IMPORTED, HF, TF = "workdir", "step", "imported", "hf", "tf"
 ELECTRA = "electra"
@@ -128,6 +130,19 @@ def _hf_run_config(path: str, hf_config, fam: mapping.Family) -> Any:
   return _run_config(fam.objectives[0], model_config, fields)
 
 
+def _check_model_type(path: str, hf_config) -> None:
+  """ValueError naming what a Hugging Face directory of another kind of
+  model (GPT-2, T5, ...) is, before anything looks for BERT's files."""
+  model_type = (hf_config or {}).get("model_type", "bert")
+  known = sorted({f.model_type for f in mapping.families().values()})
+  if model_type not in known:
+    arch = ", ".join((hf_config or {}).get("architectures") or ()) or "?"
+    raise ValueError(
+        f"{path} is a Hugging Face {model_type!r} model ({arch}), not an "
+        f"encoder bert_jax reads (model_type {', '.join(map(repr, known))}: "
+        "BERT, ALBERT, DistilBERT, ELECTRA).")
+
+
 def resolve(path: str, step: int | None = None) -> Source:
   """Decides what `path` is, and its provenance; FileNotFoundError naming
   it when it is nothing.
@@ -153,6 +168,10 @@ def resolve(path: str, step: int | None = None) -> Source:
     kind = STEP if os.path.basename(path).isdigit() else WORKDIR
     stored = checkpoint_reading.stored_config(step_dir) or {}
     config = config_lib.complete(stored) if "model" in stored else None
+    if config is not None:
+      # The phase the checkpoint was saved in may have changed the model's
+      # function (context extension's RoPE base): that is the trained model.
+      config.model.update(config_lib.phase_model_overrides(config, chosen))
     return Source(kind, path, chosen, step_dir, workdir, config)
   if step is not None:
     raise ValueError(f"{path} is not a training workdir: --step={step} "
@@ -165,6 +184,7 @@ def resolve(path: str, step: int | None = None) -> Source:
                   config=_run_config("electra", *electra.read_pair_config(
                       path)))
   hf_config = checkpoint_io.read_hf_config(path)
+  _check_model_type(path, hf_config)
   fam = mapping.for_hf_config(hf_config)
   kind = None
   if path.endswith((".safetensors", ".bin")) and os.path.isfile(path) or (
@@ -201,6 +221,20 @@ def load_model_config(source: Source | str) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(source.config.model.to_dict())
 
 
+def check_fits(source: Source, model_config, field: str,
+               note: str = "") -> None:
+  """ValueError naming config `field` (which gave `source`) when its params
+  are of another architecture than `model_config`, before anything loads
+  them; fewer vocabulary rows are fine (an export trimmed to its tokenizer:
+  :func:`load_params` pads them)."""
+  if source.config is None:
+    return
+  theirs = ml_collections.ConfigDict(source.config.model.to_dict())
+  theirs.vocab_size = max(int(theirs.vocab_size), int(model_config.vocab_size))
+  checkpoint_io.check_same_architecture(theirs, model_config, source.path,
+                                        field=field, note=note)
+
+
 def load_params(source: Source | str, model_config=None, *,
                 abstract_params=None, seed: int = 0, config=None):
   """Params of `source` for `model_config` -> (params, ImportReport).
@@ -212,20 +246,39 @@ def load_params(source: Source | str, model_config=None, *,
   `seed`. A caller whose model has other heads (fine-tuning) takes the
   subtrees it wants. With `abstract_params` (ShapeDtypeStructs with
   shardings) the result is global arrays on those shardings and must match
-  their tree. Architecture fields must equal `model_config`'s (ValueError
-  naming the field); `config` (the current run config) only improves the
-  message when a checkpoint does not fit.
+  their tree. A source with fewer vocabulary rows than `model_config` (an
+  export trimmed to its tokenizer) is padded to it (``hf.vocab.pad``).
+  Architecture fields must equal `model_config`'s (ValueError naming the
+  field); `config` (the current run config) only improves the message when
+  a checkpoint does not fit.
   """
   source = _as_source(source)
   if model_config is None:
     model_config = load_model_config(source)
+  rows = int(model_config.vocab_size)
+  if source.config is not None and int(source.config.model.vocab_size) < rows:
+    # A table trimmed to its tokenizer (an export) into a padded config: the
+    # source's rows, then rows that are no token (hf.vocab.pad).
+    model_config = ml_collections.ConfigDict(model_config.to_dict())
+    model_config.vocab_size = int(source.config.model.vocab_size)
+    params, report = load_params(source, model_config, seed=seed,
+                                 config=config)
+    params = vocab.pad(params, rows, seed=seed, initializer_range=float(
+        model_config.initializer_range))
+    report.notes.append(
+        f"Vocabulary padded from {model_config.vocab_size} to {rows} rows "
+        "(the rows past the source's tokenizer are no token).")
+    if abstract_params is not None:
+      params = checkpoint_reading.place_params(params, abstract_params,
+                                               source=source.path)
+    return params, report
   if source.config is not None and not (
       source.kind in (WORKDIR, STEP) and abstract_params is not None):
     # (Restoring onto shardings compares the stored config with `config`.)
     checkpoint_io.check_same_architecture(source.config.model, model_config,
                                           source.path)
   if source.kind in (WORKDIR, STEP):
-    report = mapping.ImportReport(
+    report = importing.ImportReport(
         source=source.step_dir, format="bert_jax",
         architecture=f"{source.objective} run")
     if abstract_params is not None:  # Read straight onto the shardings.
@@ -241,7 +294,7 @@ def load_params(source: Source | str, model_config=None, *,
     if config is not None:
       electra.check_same_generator(source.config, config, source.path)
     params = electra.load_pair(source.path, source.config)
-    report = mapping.ImportReport(
+    report = importing.ImportReport(
         source=source.path, format="safetensors",
         architecture="ElectraForPreTraining + ElectraForMaskedLM",
         loaded=sorted(mapping.flatten_params(params)))
@@ -300,17 +353,26 @@ def _join(workdir: str, path: str) -> str:
   return os.path.join(workdir, path)
 
 
+def recorded_tokenizer(workdir: str) -> tokenizer_files.TokenizerSpec | None:
+  """The tokenizer a run in `workdir` recorded (:func:`record_tokenizer`),
+  or None when it recorded none (not started yet, or older than records)."""
+  text = read_text(os.path.join(workdir, TOKENIZER_RECORD))
+  if text is None:
+    return None
+  rec = json.loads(text)
+  return tokenizer_files.TokenizerSpec(
+      rec["kind"], _join(workdir, rec["path"]), bool(rec["lower_case"]))
+
+
 def tokenizer_spec(source: Source | str) -> tokenizer_files.TokenizerSpec:
   """The tokenizer the source's params were trained with (file + settings)."""
   source = _as_source(source)
   spec = tokenizer_files.TokenizerSpec
   if source.kind in (WORKDIR, STEP):
-    text = read_text(os.path.join(source.workdir, TOKENIZER_RECORD))
-    if text is None:
+    recorded = recorded_tokenizer(source.workdir)
+    if recorded is None:
       return _search_old_workdir(source.workdir, source.config)
-    rec = json.loads(text)
-    return spec(rec["kind"], _join(source.workdir, rec["path"]),
-                bool(rec["lower_case"]))
+    return recorded
   directory = _tokenizer_dir(source)
   lower = True
   cfg_path = os.path.join(directory, "tokenizer_config.json")

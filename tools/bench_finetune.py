@@ -38,7 +38,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -48,18 +47,23 @@ from ml_collections import config_flags
 
 from bert_jax.downstream import finetuning
 
-# Only --config: the tool writes nothing but its report (no --workdir).
-config_flags.DEFINE_config_file(
-    "config", None, "configs/finetune.py, ner.py or squad.py and overrides.",
-    lock_config=True)
-flags.DEFINE_integer("rounds", 3, "Alternating rounds (ours, then HF).")
-flags.DEFINE_integer("steps", 0, "Timed steps per side per round; 0: one "
-                     "epoch's batches over all rounds.")
-flags.DEFINE_integer("warmup", 2, "Untimed steps per side after compiling.")
-flags.DEFINE_integer("torch_threads", 0, "torch.set_num_threads (0: torch's "
-                     "default). On a loaded machine OpenMP's spinning makes "
-                     "more threads slower; try 1.")
-flags.DEFINE_string("json", "", "Also write the results to this file.")
+def define_flags():
+  """Defined only when run as a script, so tests can import this module
+  next to bert_jax.cli (which defines --config too). Only --config: the
+  tool writes nothing but its report (no --workdir)."""
+  config_flags.DEFINE_config_file(
+      "config", None, "configs/finetune.py, ner.py or squad.py and overrides.",
+      lock_config=True)
+  flags.DEFINE_integer("rounds", 3, "Alternating rounds (ours, then HF).")
+  flags.DEFINE_integer("steps", 0, "Timed steps per side per round; 0: one "
+                       "epoch's batches over all rounds.")
+  flags.DEFINE_integer("warmup", 2, "Untimed steps per side after compiling.")
+  flags.DEFINE_integer("torch_threads", 0, "torch.set_num_threads (0: torch's "
+                       "default). On a loaded machine OpenMP's spinning makes "
+                       "more threads slower; try 1.")
+  flags.DEFINE_string("json", "", "Also write the results to this file.")
+
+
 FLAGS = flags.FLAGS
 
 
@@ -303,8 +307,7 @@ def benchmark(config, rounds: int, steps: int, warmup: int,
                               config.train.init_from_step or None)
   spec_t = pretrained.tokenizer_spec(source)
   kind = finetuning.task_kind(config)
-  with tempfile.TemporaryDirectory() as tmp:
-    spec, train_rows, _ = finetuning.read_task(config, tmp)
+  spec, train_rows, _ = finetuning.read_task(config, "")  # Writes nothing.
   tok = tokenizers.load(spec_t.path, spec_t.kind, spec_t.lower_case)
   pad_id = 0 if tok.pad_id is None else int(tok.pad_id)
   b = config.train.batch_size
@@ -388,5 +391,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   flags.mark_flags_as_required(["config"])
   app.run(main)

@@ -24,8 +24,6 @@ import time
 
 import numpy as np
 
-import make_span_tag_tasks  # tools/, beside this script.
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # kind -> config file, its shape overrides, the main score's name.
 KINDS = {
@@ -42,6 +40,21 @@ def load_config(name: str):
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module.get_config()
+
+
+def task_writer():
+  """tools/make_span_tag_tasks.py, beside this script (tools/ is scripts,
+  not a package; loaded by path, so importing this module needs no
+  sys.path entry)."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  name = "make_span_tag_tasks"
+  if name not in sys.modules:
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(REPO, "tools", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+  return sys.modules[name]
 
 
 def minilm_dir() -> str:
@@ -99,7 +112,7 @@ def compare(out: str, kinds, steps: int, seeds, init_from: str) -> dict:
            "random": random_like(init_from, os.path.join(out, "random_init"))}
   rows = []
   for kind in kinds:
-    data = make_span_tag_tasks.write_english(kind, os.path.join(out, kind))
+    data = task_writer().write_english(kind, os.path.join(out, kind))
     for label, path in inits.items():
       runs = [run_one(kind, path, data, s, steps,
                       os.path.join(out, f"{kind}-{label}-seed{s}"))

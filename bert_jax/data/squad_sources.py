@@ -139,6 +139,7 @@ def load_task(name: str, *, tfds_data_dir: str = "", train_path: str = "",
     rows = {s: read_tfds(name, s, tfds_data_dir)
             for s in ("train", "validation")}
     v2 = name == V2
+    where = {s: f"{name} in tfds_data_dir={tfds_data_dir!r}" for s in rows}
   else:
     if not (train_path and validation_path):
       raise ValueError(f"task.name={name!r} is not a TFDS QA task "
@@ -148,8 +149,10 @@ def load_task(name: str, *, tfds_data_dir: str = "", train_path: str = "",
     (train, v2_train), (dev, v2_dev) = (read_json(train_path),
                                         read_json(validation_path))
     rows, v2 = dict(train=train, validation=dev), v2_train or v2_dev
+    where = dict(train=f"task.train_file={train_path}",
+                 validation=f"task.validation_file={validation_path}")
   for split, examples in rows.items():
     if not examples:
-      raise ValueError(f"The {split} split of task {name!r} holds no "
-                       "question.")
+      raise ValueError(f"The {split} split of task {name!r} ({where[split]}) "
+                       "holds no question.")
   return SpanTask(name, v2), rows

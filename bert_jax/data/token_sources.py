@@ -195,12 +195,14 @@ class TokenTask:
 def load_task(name: str, *, tfds_data_dir: str = "", train_path: str = "",
               validation_path: str = "", tag_column: int = -1,
               tokens_field: str = "tokens", tags_field: str = "tags",
-              label_dir: str = ""
+              label_dir: str = "", write_label_map: bool = True
               ) -> tuple[TokenTask, dict[str, TaggedSentences]]:
   """``conll2003`` from TFDS, or the user's files -> (task, {split: data}).
 
   The tag names come from ``label_dir/label_map.json`` when it exists (a
-  resumed run), else from the training split, and are saved there.
+  resumed run), else from the training split, and are saved there
+  (unless not `write_label_map`: a caller with checks of its own writes
+  them after those, :func:`save_label_map`).
   """
   rows: dict[str, TaggedSentences] = {}
   saved = task_sources.load_label_map(label_dir) if label_dir else None
@@ -209,6 +211,7 @@ def load_task(name: str, *, tfds_data_dir: str = "", train_path: str = "",
     rows["train"], names = read_tfds(name, "train", tfds_data_dir)
     rows[dev], _ = read_tfds(name, dev, tfds_data_dir)
     evals = (dev,)
+    where = {s: f"{name} in tfds_data_dir={tfds_data_dir!r}" for s in rows}
   else:
     if not (train_path and validation_path):
       raise ValueError(f"task.name={name!r} is not a TFDS token task "
@@ -221,15 +224,23 @@ def load_task(name: str, *, tfds_data_dir: str = "", train_path: str = "",
     rows["validation"] = read_file(validation_path, **kw)
     names = tag_order(rows["train"])
     evals = ("validation",)
+    where = dict(train=f"task.train_file={train_path}",
+                 validation=f"task.validation_file={validation_path}")
   for split, data in rows.items():
     if not len(data):
-      raise ValueError(f"The {split} split of task {name!r} holds no "
-                       "sentence (empty file, or only -DOCSTART- and blank "
-                       "lines).")
+      raise ValueError(f"The {split} split of task {name!r} ({where[split]}) "
+                       "holds no sentence (empty file, or only -DOCSTART- "
+                       "and blank lines).")
   names = _merge_saved(saved, names, rows["train"], label_dir)
-  if label_dir:
-    task_sources.save_label_map(label_dir, names)
+  if label_dir and write_label_map:
+    save_label_map(label_dir, names)
   return TokenTask(name, tuple(names), evals), rows
+
+
+def save_label_map(directory: str, names) -> str:
+  """``directory/label_map.json`` of the tag set (the sentence tasks'
+  format, ``task_sources.save_label_map``)."""
+  return task_sources.save_label_map(directory, names)
 
 
 def _merge_saved(saved: Optional[list[str]], names: list[str],

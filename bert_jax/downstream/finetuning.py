@@ -18,11 +18,12 @@ Task kinds (`task.kind`, else from `task.name`), each one module:
   sentence  `sentence_tasks`: GLUE, CSV / TSV / JSONL; `classify`
   token     `token_tasks`: CoNLL, JSONL, TFDS conll2003; `token_classify`
   span      `span_tasks`: SQuAD v1.1 / v2.0 JSON or TFDS; `span_qa`
-A kind module gives KIND, OBJECTIVE, `read(config, workdir)` -> (task,
-train, {split: eval}), `Input(config, tok, task, train, evals)` (train_iter,
-eval_splits, num_train), `Scorer(task, input, config)` (`score(split,
-[(example_index, outputs)])` -> metrics, `details`, `write(dir)`) and
-`main_score(metrics)`.
+A kind module gives KIND, OBJECTIVE, `read(config, label_dir)` -> (task,
+train, {split: eval}) (every check on the task's data, nothing written),
+`save(workdir, task)` (its label_map.json, after every check), `Input(config,
+tok, task, train, evals)` (train_iter, eval_splits, num_train),
+`Scorer(task, input, config)` (`score(split, [(example_index, outputs)])` ->
+metrics, `details`, `write(dir)`) and `main_score(metrics)`.
 
 `--sweep_learning_rates=2e-5,3e-5,5e-5 --sweep_seeds=0,1,2` runs one
 fine-tuning per pair under OUT/lr<lr>-seed<seed>/ and reports, per task, the
@@ -55,6 +56,8 @@ from bert_jax.downstream import metrics as task_metrics
 from bert_jax.downstream import sentence_tasks
 from bert_jax.downstream import span_tasks
 from bert_jax.downstream import token_tasks
+from bert_jax.downstream import workdir_task
+from bert_jax.hf import mapping
 from bert_jax.training import config_checks
 from bert_jax.training import trainer as trainer_lib
 
@@ -90,9 +93,19 @@ def task_kind(config):
   return KINDS[kind]
 
 
-def read_task(config, workdir: str):
-  """(task, train rows, {eval split: rows}) of the config's task kind."""
-  return task_kind(config).read(config, workdir)
+def read_task(config, label_dir: str):
+  """(task, train rows, {eval split: rows}) of the config's task kind.
+  Nothing is written; a resumed run's labels come from
+  label_dir/label_map.json (the caller writes the map after its checks);
+  an empty split is an error naming it."""
+  return task_kind(config).read(config, label_dir)
+
+
+def class_names(config, task) -> tuple[str, ...]:
+  """The classes' names in id order: task.label_names, else the task's
+  (a sentence task's labels, a token task's tags; a span task has none)."""
+  return tuple(config.task.get("label_names") or ()) or tuple(
+      getattr(task, "label_names", ()))
 
 
 def task_input(config, tok, task, train, evals):
@@ -110,16 +123,23 @@ def encoder_model_config(source):
 
 def resolve_config(config, source, task, num_train: int):
   """The run's full config: the checkpoint's architecture, the task kind's
-  objective and head width, and num_steps / warmup_steps derived from
-  epochs (over `num_train` training rows or windows) when unset."""
+  objective (the source family's, ``finetune_objective``) and head width,
+  and num_steps / warmup_steps derived from epochs (over `num_train`
+  training rows or windows) when unset."""
   kind = task_kind(config)
   config = ml_collections.ConfigDict(config.to_dict())  # Unlocked copy.
-  config.objective.name = kind.OBJECTIVE
   model = config_lib.complete_model(encoder_model_config(source).to_dict())
   for field in _KEEP_FROM_CONFIG:
     model[field] = config.model[field]
   model.num_labels = task.num_labels
   config.model = model
+  # The family's head of this task kind (stored with the run: its export
+  # class).
+  config.objective.name = finetune_objective(source, kind).name
+  # Whose encoder this is: the head's activation came with it
+  # (model.pooler_act), and the export class follows it.
+  config.objective.encoder = (objectives.encoder_name(source.config)
+                              if source.config is not None else "bert")
   t = config.train
   if t.num_steps <= 0:
     t.num_steps = max(1, math.ceil(t.num_epochs * num_train / t.batch_size))
@@ -174,15 +194,38 @@ def _global_rows(local: np.ndarray) -> np.ndarray:
 # ==============================================================================
 # One fine-tuning run.
 # ==============================================================================
-def _with_encoder(fresh_params, encoder) -> tuple[dict, list[str]]:
+def finetune_objective(source, kind=sentence_tasks):
+  """The objective that fine-tunes `source` for a task of `kind`: a
+  sentence task its family's classifier (``Objective.finetune_objective``),
+  else BERT's "classify"; a token or span task the kind's head on the
+  BertModel encoder. A family with a classifier of its own (ModernBERT) has
+  no token or span head: one line says so."""
+  objective = objectives.get(source.objective)
+  if kind is sentence_tasks:
+    return objectives.get(objective.finetune_objective or kind.OBJECTIVE)
+  if objective.finetune_objective is not None:
+    raise ValueError(
+        f"task.kind={kind.KIND!r}: train.init_from={source.path} is a "
+        f"{source.objective} checkpoint, which has no {kind.KIND} head here "
+        f"(only sentence tasks: {objective.finetune_objective}); token and "
+        "span tasks fine-tune BERT, ALBERT, ELECTRA or DistilBERT encoders.")
+  return objectives.get(kind.OBJECTIVE)
+
+
+def _with_encoder(fresh_params, encoder, filled=frozenset()
+                  ) -> tuple[dict, list[str]]:
   """Fresh params with the loaded encoder's entries that the head's model
-  has (a token / QA model has no pooler); returns what stayed fresh."""
+  has (a token / QA model has no pooler); returns what stayed fresh, and
+  the kept entries holding a leaf in `filled` (ids of leaves the import
+  made fresh)."""
   params = dict(jax.device_get(fresh_params))
   mine = dict(params["bert"])
-  fresh = sorted(set(mine) - set(encoder))  # e.g. a pooler the source lacks
-  mine.update({k: v for k, v in encoder.items() if k in mine})
-  params["bert"] = mine
-  return params, fresh
+  kept = {k: v for k, v in encoder.items() if k in mine}
+  fresh = set(mine) - set(kept) | {
+      k.split(".")[0] for k, v in mapping.flatten_params(kept).items()
+      if id(v) in filled}
+  params["bert"] = {**mine, **kept}
+  return params, sorted(fresh)
 
 
 def encoder_init(source, config, fresh_params, abstract_params):
@@ -192,22 +235,68 @@ def encoder_init(source, config, fresh_params, abstract_params):
   params are loaded as its run saved them (any family, an exported
   classifier of another task too) and the objective takes the encoder out;
   entries the head's model lacks (a pooler, for token and QA heads) are
-  left out. `config` is the run's (resolve_config)."""
+  left out; a family with its own classifier (ModernBERT,
+  ``Objective.finetune_params``) says what that classifier takes over.
+  `config` is the run's (resolve_config)."""
+  objective = objectives.get(source.objective)
+  if objective.finetune_params is not None:
+    loaded, report = pretrained.load_params(
+        source, pretrained.load_model_config(source), seed=config.train.seed)
+    params = objective.finetune_params(loaded,
+                                       dict(jax.device_get(fresh_params)))
+    logging.info("Encoder (%s objective) from %s (%s).", objective.name,
+                 source.path, report)
+    return checkpoint_reading.place_params(params, abstract_params,
+                                           source=source.path)
   loaded, report = pretrained.load_params(source, seed=config.train.seed)
-  encoder = dict(objectives.encoder_params(loaded, source.config))
-  params, fresh = _with_encoder(fresh_params, encoder)
-  logging.info("Encoder (%s objective) from %s (%s); fresh: the head%s.",
+  # What the head starts fresh: what the encoder lacks, and what the import
+  # filled fresh and the encoder kept (a BertForMaskedLM's pooler). The
+  # source's other fresh heads (a BertModel's MLM / NSP) are none of the
+  # head's: not reported.
+  filled = {id(v) for k, v in mapping.flatten_params(loaded).items()
+            if any(k == h or k.startswith(h + ".") for h in report.fresh)}
+  report.fresh = []
+  params, fresh = _with_encoder(
+      fresh_params, dict(objectives.encoder_params(loaded, source.config)),
+      filled)
+  logging.info("Encoder (%s objective) from %s (%s); fresh: %s%s.",
                source.objective, source.path, report,
+               ", ".join(sorted(k for k in params if k != "bert")),
                "".join(f", bert/{k}" for k in fresh))
   return checkpoint_reading.place_params(params, abstract_params,
                                          source=source.path)
 
 
+def _resumes(workdir: str) -> bool:
+  """Whether `workdir` holds a committed checkpoint (a rerun resumes it)."""
+  try:
+    return bool(checkpoint_reading.committed_steps(workdir))
+  except FileNotFoundError:
+    return False
+
+
+def _train_loss(metrics: dict, workdir: str) -> dict:
+  """results.json's train_loss: the mean per-step loss of the last log
+  window (Trainer: the steps since the previous log line) and those steps.
+  A run resumed after its end trains nothing: the last checkpoint's."""
+  if "window_loss" not in metrics:
+    steps = checkpoint_reading.committed_steps(workdir)
+    metrics = checkpoint_reading.read_meta(workdir, steps[-1]).get(
+        "metrics") or {}
+  if "window_loss" not in metrics:
+    return dict(train_loss=None, train_loss_steps=None)
+  last = int(metrics["window_first_step"]) + int(metrics["window_steps"]) - 1
+  return dict(train_loss=metrics["window_loss"],
+              train_loss_steps=[int(metrics["window_first_step"]), last])
+
+
 def run(config: ml_collections.ConfigDict, workdir: str, *,
         take_over_workdir: bool = False) -> dict:
   """Fine-tune per `config` in `workdir` (resuming) and evaluate; returns
-  the results written to workdir/results.json. The eval splits'
-  predictions files go to workdir/predictions/<split>/."""
+  the results written to workdir/results.json (the eval splits'
+  predictions files go to workdir/predictions/<split>/), or
+  {"preempted_at_step": N} when a SIGTERM stopped it (a checkpoint of step
+  N is committed; no results are written: rerun to finish)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   if not config.train.init_from:
     raise ValueError("train.init_from is empty: name the checkpoint to "
@@ -220,17 +309,25 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
   # read, so check with the configured or a placeholder count).
   probe = ml_collections.ConfigDict(config.to_dict())
   probe.train.num_steps = max(1, probe.train.num_steps)
-  probe.objective.name = kind.OBJECTIVE
+  probe.objective.name = finetune_objective(source, kind).name
   config_checks.validate(probe, jax.device_count(), jax.process_count(),
                          check_sources=False)
   with workdir_lock.hold(workdir, take_over=take_over_workdir) as lock:
-    task, train_rows, eval_rows = kind.read(config, workdir)
+    # ---- Every check that reads the task, before this run writes a file.
+    resumes = _resumes(workdir)  # Only a resumed run keeps its label map.
+    task, train_rows, eval_rows = kind.read(config, workdir if resumes
+                                            else "")
     tok = tokenizers.load(tok_spec.path, tok_spec.kind, tok_spec.lower_case)
     inputs = kind.Input(config, tok, task, train_rows, eval_rows)
     config = resolve_config(config, source, task, inputs.num_train)
     phases = config_checks.validate(config, jax.device_count(),
                                     jax.process_count(), check_sources=False)
     config_checks.check_tokenizer(config, tok)
+    task_record = workdir_task.check(config, workdir, resumes)
+    # ---- The workdir's own files: what a rerun and an export read back.
+    if jax.process_index() == 0:
+      kind.save(workdir, task)  # label_map.json of string labels / tags
+      workdir_task.write(workdir, task_record)
     pretrained.record_tokenizer(workdir, tok)  # What an export ships with.
     logging.info("Task %s: %d train rows (%d %s), eval %s; %d steps of "
                  "batch %d.", task.name, len(train_rows), inputs.num_train,
@@ -241,11 +338,13 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
     evaluator = Evaluator(scorer, inputs, config)
     trainer = trainer_lib.Trainer(
         config, workdir, data=inputs,
-        objective=objectives.get(kind.OBJECTIVE), evaluate=evaluator,
+        objective=objectives.get(config.objective.name), evaluate=evaluator,
         init_params=lambda fresh, abstract: encoder_init(
             source, config, fresh, abstract), phases=phases)
     start = time.time()
     metrics = trainer_lib.run_trainer(trainer, lock)
+    if "preempted_at_step" in metrics:  # Not finished: no final results.
+      return {"preempted_at_step": metrics["preempted_at_step"]}
     if not evaluator.scores:  # Resumed after the end: evaluate once more.
       evaluator(trainer, trainer.final_state["params"])
     scores = evaluator.scores
@@ -254,12 +353,12 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
         init_from=source.path, init_step=source.step,
         step=int(config.train.num_steps), seconds=time.time() - start,
         learning_rate=config.train.learning_rate, seed=config.train.seed,
-        label_names=list(getattr(task, "label_names", ())), scores=scores,
+        label_names=list(class_names(config, task)), scores=scores,
         details=scorer.details,
         eval_examples={k: len(v) for k, v in eval_rows.items()},
         main_score=float(np.mean([kind.main_score(v)
                                   for v in scores.values()])),
-        train_loss=metrics.get("loss"))
+        **_train_loss(metrics, workdir))
     if jax.process_index() == 0:
       results["predictions"] = [
           os.path.relpath(p, workdir) for p in scorer.write(
@@ -290,7 +389,10 @@ def sweep(config, workdir: str, learning_rates, seeds) -> dict:
     for seed in seeds:
       c = ml_collections.ConfigDict(config.to_dict())
       c.train.learning_rate, c.train.seed = float(lr), int(seed)
-      runs.append(run(c, os.path.join(workdir, f"lr{lr:g}-seed{seed}")))
+      result = run(c, os.path.join(workdir, f"lr{lr:g}-seed{seed}"))
+      if "preempted_at_step" in result:  # The rerun resumes this run.
+        return result
+      runs.append(result)
   summary = dict(task=runs[0]["task"], runs=runs, **summarize_sweep(runs))
   if jax.process_index() == 0:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top

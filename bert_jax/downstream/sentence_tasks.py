@@ -28,10 +28,12 @@ OBJECTIVE = "classify"
 PREDICTIONS_FILE = "predictions.jsonl"
 
 
-def read(config, workdir: str):
+def read(config, label_dir: str):
   """(task spec, train rows, {eval split: rows}). GLUE comes from
   task.tfds_data_dir; any other task.name reads the user's files, whose
-  string labels are mapped once and saved as workdir/label_map.json."""
+  string labels are mapped once (label_dir/label_map.json when it holds a
+  resumed run's map; :func:`save` writes it after every check). Nothing is
+  written here; an empty split is an error naming it."""
   t = config.task
   user = not t.name.startswith("glue/")
   if user and not (t.train_file and t.validation_file):
@@ -43,9 +45,35 @@ def read(config, workdir: str):
       validation_path=t.validation_file,
       text_field=t.text_field if user else "",
       text_pair_field=t.text_pair_field, label_field=t.label_field,
-      regression=t.regression, label_order=t.label_order, label_dir=workdir)
+      regression=t.regression, label_order=t.label_order, label_dir=label_dir,
+      write_label_map=False)
+  for split, split_rows in rows.items():
+    field = "train_file" if split == spec.train_split else "validation_file"
+    task_sources.check_not_empty(split, split_rows, (
+        f"task.{field}={t[field]}" if user else
+        f"{spec.name} in tfds_data_dir={t.tfds_data_dir!r}"))
+  check_label_names(config, spec)
   train = rows.pop(spec.train_split)
   return spec, train, rows
+
+
+def check_label_names(config, spec) -> None:
+  """task.label_names against the labels the files hold (before anything
+  is written): one name per label, in id order."""
+  names = tuple(config.task.get("label_names") or ())
+  if names and len(names) != len(spec.label_names):
+    raise ValueError(
+        f"task.label_names={names} names {len(names)} classes, but the task "
+        f"has {len(spec.label_names)}"
+        + (f" (labels {', '.join(spec.label_names)}, in id order)"
+           if spec.label_names else " (a regression)")
+        + ": give one name per label, in that order.")
+
+
+def save(workdir: str, spec) -> None:
+  """The user's string labels' ids (label_map.json; GLUE's are TFDS's)."""
+  if not spec.name.startswith("glue/") and not spec.regression:
+    task_sources.save_label_map(workdir, spec.label_names)
 
 
 class Input:

@@ -38,15 +38,25 @@ NULL_ODDS_FILE = "null_odds.json"
 NBEST_FILE = "nbest_predictions.json"
 
 
-def read(config, workdir: str):
-  """(task, train examples, {eval split: examples})."""
-  del workdir  # No label map: the head is always start / end.
+def read(config, label_dir: str):
+  """(task, train examples, {eval split: examples}). Nothing is written; an
+  empty split is an error naming it."""
+  del label_dir  # No label map: the head is always start / end.
   t = config.task
+  if t.get("label_names"):
+    raise ValueError(f"task.label_names={tuple(t.label_names)}: a span task "
+                     "has no classes (the head marks an answer's start and "
+                     "end); leave task.label_names empty.")
   task, rows = squad_sources.load_task(
       t.name, tfds_data_dir=t.tfds_data_dir, train_path=t.train_file,
       validation_path=t.validation_file)
   train = rows.pop(task.train_split)
   return task, train, rows
+
+
+def save(workdir: str, task) -> None:
+  """Nothing: a span task has no labels to map."""
+  del workdir, task
 
 
 def doc_stride(config) -> int:

@@ -31,16 +31,30 @@ OBJECTIVE = "token_classify"
 PREDICTIONS_FILE = "predictions.conll"
 
 
-def read(config, workdir: str):
-  """(task, train sentences, {eval split: sentences})."""
+def read(config, label_dir: str):
+  """(task, train sentences, {eval split: sentences}): the tag set from
+  label_dir/label_map.json (a resumed run), else from the training data;
+  :func:`save` writes it after every check. Nothing is written here; an
+  empty split is an error naming it."""
   t = config.task
   task, rows = token_sources.load_task(
       t.name, tfds_data_dir=t.tfds_data_dir, train_path=t.train_file,
       validation_path=t.validation_file, tag_column=t.tag_column,
       tokens_field=t.tokens_field, tags_field=t.tags_field,
-      label_dir=workdir)
+      label_dir=label_dir, write_label_map=False)
+  names = tuple(t.get("label_names") or ())
+  if names and names != task.label_names:
+    raise ValueError(
+        f"task.label_names={names}: a token task's tags name themselves "
+        f"({', '.join(task.label_names)}, in id order, saved as "
+        "label_map.json); leave task.label_names empty.")
   train = rows.pop(task.train_split)
   return task, train, rows
+
+
+def save(workdir: str, task) -> None:
+  """The tag set's ids (label_map.json), kept by a resumed run."""
+  token_sources.save_label_map(workdir, task.label_names)
 
 
 def window_stride(config) -> int:

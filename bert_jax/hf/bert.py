@@ -1,13 +1,6 @@
-"""BERT's Hugging Face tables: ``bert`` (BertForPreTraining / MaskedLM /
-BertModel), ``bert_classify`` (BertForSequenceClassification: BERT's
-encoder rows plus the classifier), ``bert_token_classify``
-(BertForTokenClassification) and ``bert_qa`` (BertForQuestionAnswering):
-the encoder without pooler plus ``classifier`` / ``qa_outputs``.
-
-Export writes ``classifier.weight`` (our kernel transposed) and
-``classifier.bias``; import fills a missing classifier fresh (a BertModel or
-BertForPreTraining directory) and reports it. Listed in
-``mapping.TABLE_MODULES``, read both ways by ``mapping``.
+"""BERT's Hugging Face table: ``bert`` (BertForPreTraining / MaskedLM /
+BertModel). Listed in ``mapping.TABLE_MODULES``, read both ways by
+``mapping``; its sequence-classification table is in ``hf.classify``.
 """
 
 from __future__ import annotations
@@ -77,101 +70,4 @@ BERT = mapping.register(Family(
     objectives=("bert",),
     masked_lm=True,
     sentence_heads=("bert.pooler", "cls.seq_relationship"),
-))
-
-
-
-
-def _bert_classify_model(model_config, rngs):
-  return model_lib.BertForSequenceClassification(model_config, rngs=rngs)
-
-
-def classification_fields(model_config, label_names=()) -> dict:
-  """config.json entries of HF sequence classification: num_labels,
-  id2label / label2id (the run's names, else LABEL_i) and problem_type
-  (regression for one output, as HF infers it)."""
-  n = int(model_config.num_labels)
-  names = list(label_names) if len(label_names) == n else [
-      f"LABEL_{i}" for i in range(n)]
-  return dict(num_labels=n, id2label={str(i): x for i, x in enumerate(names)},
-              label2id={x: i for i, x in enumerate(names)},
-              problem_type="regression" if n == 1 else
-              "single_label_classification")
-
-
-BERT_CLASSIFY = mapping.register(mapping.Family(
-    name="bert_classify", model_type="bert", make_model=_bert_classify_model,
-    # The encoder rows are BERT's; the classifier replaces the pretraining
-    # heads (HF BertForSequenceClassification: pooler -> dropout -> linear).
-    rows=tuple(r for r in BERT.rows if r.ours.startswith("bert.")) + (
-        mapping.Row("classifier.kernel", "classifier.weight", "output_weights", True, True),
-        mapping.Row("classifier.bias", "classifier.bias", "output_bias", False, False),
-    ),
-    heads={"bert.pooler": "bert.pooler", "classifier": "classifier"},
-    architectures=(("classifier.", "BertForSequenceClassification"),),
-    default_architecture="BertModel",
-    base_prefix="bert.",
-    shape_fields={"classifier": "num_labels"},
-    export_architecture="BertForSequenceClassification",
-    objectives=("classify",),
-    config_fields=classification_fields,
-))
-
-
-# --------------------------------------------------------------------------
-# Token tagging and extractive QA: BERT's encoder (no pooler) plus a head.
-_ENCODER_ROWS = tuple(r for r in BERT.rows if r.ours.startswith("bert.")
-                      and not r.ours.startswith("bert.pooler"))
-
-
-def _bert_token_model(model_config, rngs):
-  return model_lib.BertForTokenClassification(model_config, rngs=rngs)
-
-
-def token_classification_fields(model_config, label_names=()) -> dict:
-  """config.json entries of HF token classification: num_labels and
-  id2label / label2id (the run's tag names, else LABEL_i)."""
-  fields = classification_fields(model_config, label_names)
-  fields.pop("problem_type")
-  return fields
-
-
-BERT_TOKEN_CLASSIFY = mapping.register(mapping.Family(
-    name="bert_token_classify", model_type="bert",
-    make_model=_bert_token_model,
-    rows=_ENCODER_ROWS + (
-        mapping.Row("classifier.kernel", "classifier.weight", "output_weights", True, True),
-        mapping.Row("classifier.bias", "classifier.bias", "output_bias", False, False),
-    ),
-    heads={"classifier": "classifier"},
-    architectures=(("classifier.", "BertForTokenClassification"),),
-    default_architecture="BertModel",
-    base_prefix="bert.",
-    shape_fields=dict(BERT.shape_fields, classifier="num_labels"),
-    export_architecture="BertForTokenClassification",
-    objectives=("token_classify",),
-    config_fields=token_classification_fields,
-))
-
-
-def _bert_qa_model(model_config, rngs):
-  return model_lib.BertForQuestionAnswering(model_config, rngs=rngs)
-
-
-BERT_QA = mapping.register(mapping.Family(
-    name="bert_qa", model_type="bert", make_model=_bert_qa_model,
-    # google-research/bert's run_squad names the head cls/squad/output_*.
-    rows=_ENCODER_ROWS + (
-        mapping.Row("qa_outputs.kernel", "qa_outputs.weight", "cls/squad/output_weights", True, True),
-        mapping.Row("qa_outputs.bias", "qa_outputs.bias", "cls/squad/output_bias", False, False),
-    ),
-    heads={"qa_outputs": "qa_outputs"},
-    architectures=(("qa_outputs.", "BertForQuestionAnswering"),),
-    default_architecture="BertModel",
-    base_prefix="bert.",
-    shape_fields=dict(BERT.shape_fields),
-    export_architecture="BertForQuestionAnswering",
-    objectives=("span_qa",),
-    # HF sizes qa_outputs by num_labels: 2 (start, end).
-    config_fields=lambda model_config, label_names=(): dict(num_labels=2),
 ))

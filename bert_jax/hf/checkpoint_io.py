@@ -20,12 +20,14 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from safetensors import safe_open
+from safetensors import numpy as safetensors_numpy
 from safetensors.numpy import load_file
-from safetensors.numpy import save_file
 
 from bert_jax import config_lib
+from bert_jax.hf import importing
 from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
+from bert_jax.hf import vocab
 
 # HF BertConfig fields that our model config shares, by the same name.
 MODEL_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
@@ -41,6 +43,12 @@ ARCH_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
                "layer_norm_eps")
 
 UNTRAINED_HEADS_NOTE = "UNTRAINED_HEADS.md"
+# config.json special-token ids (ModernBertConfig's) -> the
+# tokenizer_config.json entry naming the token: [CLS] opens and [SEP] ends.
+_SPECIAL_ID_TOKENS = (("cls_token_id", "cls_token"),
+                      ("bos_token_id", "cls_token"),
+                      ("sep_token_id", "sep_token"),
+                      ("eos_token_id", "sep_token"))
 
 # Files written by tools/convert_from_hf.py (our own format, no torch needed).
 IMPORTED_PARAMS = "params.safetensors"
@@ -84,8 +92,11 @@ def hf_config_from_model_config(model_config, *, pad_token_id: int = 0,
 
 
 def model_config_from_hf_config(hf_config: Mapping[str, Any]):
-  """An HF config dict (or Google bert_config.json) -> our model config."""
-  fam = mapping.by_model_type(hf_config.get("model_type", "bert"))
+  """An HF config dict (or Google bert_config.json) -> our model config
+  (the conversion of the family its class and model_type name)."""
+  fam = mapping.for_hf_config(hf_config)
+  if hf_config.get("model_type", "bert") != fam.model_type:
+    fam = mapping.by_model_type(hf_config["model_type"])
   if fam.config_from_hf is not None:
     return fam.config_from_hf(hf_config)
   cfg = config_lib.model_config("base")
@@ -114,12 +125,16 @@ def model_config_from_hf_config(hf_config: Mapping[str, Any]):
   return cfg
 
 
-def check_same_architecture(src, dst, path: str) -> None:
-  """ValueError naming the first ARCH_FIELDS entry where src and dst differ."""
+def check_same_architecture(src, dst, path: str,
+                            field: str = "train.init_from",
+                            note: str = "") -> None:
+  """ValueError naming the first ARCH_FIELDS entry where src (the model at
+  `path`, given as config `field`) and dst differ; `note` says what the
+  config's model is, when that is not obvious."""
   for f in ARCH_FIELDS:
     if src[f] != dst[f]:
-      raise ValueError(f"train.init_from={path} has model.{f}={src[f]}, but "
-                       f"the config has model.{f}={dst[f]}; set "
+      raise ValueError(f"{field}={path} has model.{f}={src[f]}, but the "
+                       f"config has model.{f}={dst[f]}{note}; set "
                        f"--config.model.{f}={src[f]}.")
 
 
@@ -191,7 +206,7 @@ def read_hf_state_dict(path: str) -> tuple[dict[str, np.ndarray], str]:
     import tensorflow as tf  # Lazy: only Google's TF checkpoints need it.
     reader = tf.train.load_checkpoint(prefix)
     names = reader.get_variable_to_shape_map()
-    state = mapping.TF_TRAINING_STATE
+    state = importing.TF_TRAINING_STATE
     sd = {n: reader.get_tensor(n) for n in sorted(names)
           if not state.search(n)}
     sd.update({n: np.zeros(()) for n in names if state.search(n)})
@@ -201,7 +216,7 @@ def read_hf_state_dict(path: str) -> tuple[dict[str, np.ndarray], str]:
 
 
 def load_hf_params(path: str, model_config=None, *, family: str = "bert",
-                   seed: int = 0) -> tuple[dict, mapping.ImportReport]:
+                   seed: int = 0) -> tuple[dict, importing.ImportReport]:
   """Load weights from an HF dir / TF checkpoint as our param tree.
 
   `model_config`: our model config to load into; None derives it from the
@@ -215,15 +230,23 @@ def load_hf_params(path: str, model_config=None, *, family: str = "bert",
                               "pass model_config.")
     model_config = model_config_from_hf_config(hf_cfg)
   sd, fmt = read_hf_state_dict(path)
-  return mapping.from_hf_state_dict(sd, model_config, family=family, seed=seed,
+  return importing.from_hf_state_dict(sd, model_config, family=family, seed=seed,
                                     source=path, fmt=fmt)
+
+
+def write_safetensors(path: str, tensors, metadata) -> None:
+  """A safetensors file created like every other file we write (mode 0666
+  less the umask: 0644 by default). safetensors' own save_file creates it
+  0600, so nobody else on the machine could load an export."""
+  with open(path, "wb") as f:
+    f.write(safetensors_numpy.save(tensors, metadata=metadata))
 
 
 # --------------------------------------------------------------------------
 # Our imported-directory format (tools/convert_from_hf.py)
 # --------------------------------------------------------------------------
 def save_imported(out_dir: str, params, model_config,
-                  report: mapping.ImportReport,
+                  report: importing.ImportReport,
                   data_overrides: Mapping[str, Any] | None = None,
                   objective: Mapping[str, Any] | None = None) -> None:
   """Write our param tree (flat dotted keys) + model config for init_from;
@@ -231,8 +254,8 @@ def save_imported(out_dir: str, params, model_config,
   these are; directories without one hold BERT's)."""
   os.makedirs(out_dir, exist_ok=True)
   flat = {k: mapping.f32(v) for k, v in mapping.flatten_params(params).items()}
-  save_file(flat, os.path.join(out_dir, IMPORTED_PARAMS),
-            metadata={"format": "bert_jax"})
+  write_safetensors(os.path.join(out_dir, IMPORTED_PARAMS), flat,
+                    {"format": "bert_jax"})
   stored = {"model": dict(model_config.to_dict()),
             "data": dict(data_overrides or {})}
   if objective is not None:
@@ -251,15 +274,15 @@ def read_imported_config(path: str) -> dict:
     return json.load(f)
 
 
-def load_imported(path: str) -> tuple[dict, Any, mapping.ImportReport]:
+def load_imported(path: str) -> tuple[dict, Any, importing.ImportReport]:
   """Read a convert_from_hf.py directory -> (params, model config, report)."""
   flat = load_file(os.path.join(path, IMPORTED_PARAMS))
   cfg = ml_collections.ConfigDict(read_imported_config(path)["model"])
-  report = mapping.ImportReport(source=path, format="bert_jax")
+  report = importing.ImportReport(source=path, format="bert_jax")
   report_path = os.path.join(path, IMPORT_REPORT)
   if os.path.isfile(report_path):
     with open(report_path) as f:
-      report = mapping.ImportReport(**json.load(f))
+      report = importing.ImportReport(**json.load(f))
     report.notes = list(report.notes) + [f"Read from {path}."]
   return mapping.unflatten_params(flat), cfg, report
 
@@ -288,15 +311,17 @@ def save_hf_model(out_dir: str, params, model_config, *,
   config.json (the family's config conversion, plus its own fields, e.g.
   id2label from `label_names` for classification) + model.safetensors
   (float32, tied weights written explicitly) + tokenizer files, the pad id
-  read from the tokenizer. `untrained_heads` (HF prefixes) are flagged: a
-  warning, a note file, and a key in config.json. The checks (params vs
-  model.vocab_size, tokenizer vs vocab_size) run before anything is written.
+  read from the tokenizer. With a tokenizer smaller than the table, the
+  rows past it (padding, no token) are left out and config.json's
+  vocab_size is the tokenizer's (``hf.vocab``). `untrained_heads` (HF
+  prefixes) are flagged: a warning, a note file, and a key in config.json.
+  The checks (params vs model.vocab_size, tokenizer vs vocab_size) run
+  before anything is written.
   """
   fam = mapping.get(family)
-  sd = mapping.to_hf_state_dict(params, family=family)
-  word = next(r.hf for r in fam.rows if r.ours.endswith("word_embeddings"))
-  if int(sd[word].shape[0]) != int(model_config.vocab_size):
-    raise ValueError("params do not match model.vocab_size.")
+  if vocab.rows(params) != int(model_config.vocab_size):
+    raise ValueError(f"The params have {vocab.rows(params)} vocabulary rows "
+                     f"but model.vocab_size={model_config.vocab_size}.")
   pad_id, tok = 0, None
   if tokenizer is not None:
     tok = tokenizer_files.build_hf_tokenizer(tokenizer)
@@ -304,14 +329,24 @@ def save_hf_model(out_dir: str, params, model_config, *,
     if n_tok > int(model_config.vocab_size):
       raise ValueError(f"The tokenizer has {n_tok} tokens but "
                        f"model.vocab_size={model_config.vocab_size}.")
+    if n_tok < int(model_config.vocab_size):  # Padded rows: no token.
+      logging.info("Vocabulary: the tokenizer has %d tokens; the %d rows of "
+                   "the table past them are left out (config.json "
+                   "vocab_size=%d).", n_tok,
+                   int(model_config.vocab_size) - n_tok, n_tok)
+      params = vocab.trim(params, n_tok)
+      model_config = ml_collections.ConfigDict(model_config.to_dict())
+      model_config.vocab_size = n_tok
     pad = tok.token_to_id(tokenizer_files.SPECIAL_TOKENS["pad_token"])
     pad_id = 0 if pad is None else pad
+  sd = mapping.to_hf_state_dict(params, family=family)
   os.makedirs(out_dir, exist_ok=True)
-  save_file(sd, os.path.join(out_dir, "model.safetensors"),
-            metadata={"format": "pt"})
+  write_safetensors(os.path.join(out_dir, "model.safetensors"), sd,
+                    {"format": "pt"})
   written = ["config.json", "model.safetensors"]
+  tok_cfg = {}
   if tok is not None:
-    tokenizer_files.write_hf_tokenizer_files(
+    tok_cfg = tokenizer_files.write_hf_tokenizer_files(
         out_dir, tokenizer, tokenizer=tok,
         model_max_length=int(model_config.max_position_embeddings))
     written += ["tokenizer.json", "tokenizer_config.json",
@@ -334,6 +369,11 @@ def save_hf_model(out_dir: str, params, model_config, *,
     written.append(UNTRAINED_HEADS_NOTE)
   cfg = hf_config_from_model_config(model_config, pad_token_id=pad_id,
                                     family=family, extra=extra)
+  if tokenizer is not None:  # Families whose config names more special ids.
+    for key, token in _SPECIAL_ID_TOKENS:
+      tok_id = tok.token_to_id(tok_cfg.get(token, ""))
+      if key in cfg and tok_id is not None:
+        cfg[key] = int(tok_id)
   with open(os.path.join(out_dir, "config.json"), "w") as f:
     json.dump(cfg, f, indent=2)
   return written

@@ -34,6 +34,7 @@ import numpy as np
 from bert_jax import config_lib
 from bert_jax.hf import bert as hf_bert
 from bert_jax.hf import checkpoint_io
+from bert_jax.hf import importing
 from bert_jax.hf import mapping
 from bert_jax.hf.mapping import Row
 from bert_jax.models import bert as model_lib
@@ -220,7 +221,7 @@ def from_hf_state_dicts(state_dicts: Mapping[str, Mapping[str, Any]], config
   """{"discriminator": sd, "generator": sd} -> our tree (exact copies), each
   read by its family's table; the shared embeddings must be equal in both
   (a ValueError names the first that is not)."""
-  trees = {n: mapping.from_hf_state_dict(
+  trees = {n: importing.from_hf_state_dict(
       state_dicts[n], network_config(config, n), family=family_name(n))[0]
            for n in NETWORKS}
   disc, gen = (mapping.flatten_params(trees[n][SHARED]) for n in NETWORKS)

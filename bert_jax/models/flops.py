@@ -31,6 +31,8 @@ compute dtype (bf16 inputs with float32 accumulation, like ``model.matmul``).
 
 from __future__ import annotations
 
+from bert_jax.models import rope_attention
+
 
 def _embedding_size(model_config) -> int:
   return int(model_config.get("embedding_size", 0) or model_config.hidden_size)
@@ -78,3 +80,34 @@ def forward_flops(training_flops: float) -> float:
   """The forward pass alone: 2 of the 6 FLOPs per multiply-add (a frozen
   network that computes no gradient)."""
   return training_flops / 3.0
+
+
+# ModernBERT (models/modernbert.py): fused Wqkv (3 d^2) and Wo (d^2), GeGLU
+# Wi (2 d f) and Wo (f d) per block; attention 12 d x the keys each query's
+# scores are computed for (T on global layers; on sliding-window layers
+# 3 x local_attention / 2 when the "xla" kind runs them blocked:
+# rope_attention.keys_per_query); the MLM head is dense d -> d plus the tied
+# decoder at the gathered positions.
+def modernbert_encoder_flops_per_token(model_config, seq_length: int) -> float:
+  L = int(model_config.num_hidden_layers)
+  d, f = int(model_config.hidden_size), int(model_config.intermediate_size)
+  span = sum(
+      rope_attention.keys_per_query(
+          seq_length, rope_attention.half_window(
+              model_config, rope_attention.is_global_layer(model_config, i)),
+          model_config.attention_impl)
+      for i in range(L))
+  return 6.0 * L * (4 * d * d + 3 * d * f) + 12.0 * d * span
+
+
+def modernbert_head_flops_per_position(model_config) -> float:
+  d, v = int(model_config.hidden_size), int(model_config.vocab_size)
+  return 6.0 * (d * d + d * v)
+
+
+def modernbert_flops_per_sequence(config) -> float:
+  """A ModernBERT MLM step per sequence: the encoder on every token, the
+  head at max_predictions_per_seq gathered positions."""
+  t, p = config.data.seq_length, config.data.max_predictions_per_seq
+  return (t * modernbert_encoder_flops_per_token(config.model, t)
+          + p * modernbert_head_flops_per_position(config.model))

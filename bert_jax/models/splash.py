@@ -1,4 +1,5 @@
-"""Splash attention (TPU Pallas flash kernel) under BERT's padding mask.
+"""Splash attention (TPU Pallas flash kernel) under BERT's padding mask
+(and ModernBERT's segments and sliding window).
 
 `model.attention_impl="splash"` routes SelfAttention here. The kernel
 (`jax.experimental.pallas.ops.tpu.splash_attention`) takes one example's
@@ -17,6 +18,10 @@ Padded positions never reach a loss (MLM weights and example weights are 0
 there), but matching XLA everywhere makes the two paths interchangeable and
 lets the test compare every position. No attention dropout (the kernel has
 none). Sequence length must be a multiple of 128 (the kernel's lane width).
+
+`segment_attention` serves ModernBERT (``models/rope_attention.py``):
+queries and keys carry the same segment ids (padding its own segment, so no
+row is empty) and sliding-window layers use a LocalMask band.
 
 Under a mesh (`sharding.logical_context`) the kernel runs inside
 `jax.shard_map`: batch split as "activation_batch", heads as
@@ -57,28 +62,62 @@ def _block(seq_length: int) -> int:
   return next(b for b in (512, 256, LANES) if seq_length % b == 0)
 
 
-def _kernel(num_heads: int, seq_length: int, interpret: bool):
+def _kernel(num_heads: int, seq_length: int, interpret: bool,
+            half_window: int | None = None):
+  """The kernel over full attention, or with `half_window` a band: query i
+  sees keys j with |i - j| <= half_window (a sliding-window layer)."""
   b = _block(seq_length)
   blocks = sa.BlockSizes(block_q=b, block_kv=b, block_kv_compute=b,
                          block_q_dkv=b, block_kv_dkv=b,
                          block_kv_dkv_compute=b, block_q_dq=b, block_kv_dq=b)
-  mask = sa.MultiHeadMask([sa.FullMask((seq_length, seq_length))] * num_heads)
+  shape = (seq_length, seq_length)
+  one = (sa.FullMask(shape) if half_window is None else
+         sa.LocalMask(shape, (half_window, half_window), offset=0))
+  mask = sa.MultiHeadMask([one] * num_heads)
   return sa.make_splash_mha_single_device(mask, block_sizes=blocks,
                                           interpret=interpret)
 
 
-def _local_attention(q, k, v, kv_ids, *, interpret):
-  """q, k, v [B, T, H, D] (q scaled), kv_ids [B, T] int32 -> [B, T, H, D]."""
-  _, t, h, _ = q.shape
-  kernel = _kernel(h, t, interpret)
-  q_ids = jnp.ones((t,), jnp.int32)
+def _local_attention(q, k, v, kv_ids, *, interpret, q_ids=None,
+                     half_window=None):
+  """q, k, v [B, T, H, D] (q scaled), kv_ids [B, T] int32 -> [B, T, H, D].
+  Queries have id 1 unless `q_ids` [B, T] gives theirs."""
+  b, t, h, _ = q.shape
+  kernel = _kernel(h, t, interpret, half_window)
+  if q_ids is None:
+    q_ids = jnp.ones((b, t), jnp.int32)
 
-  def one(q, k, v, ids):  # [H, T, D] each.
-    return kernel(q, k, v, segment_ids=sa.SegmentIds(q=q_ids, kv=ids))
+  def one(q, k, v, q_ids, kv_ids):  # [H, T, D] each.
+    return kernel(q, k, v, segment_ids=sa.SegmentIds(q=q_ids, kv=kv_ids))
 
   heads_major = lambda x: jnp.swapaxes(x, 1, 2)
-  out = jax.vmap(one)(heads_major(q), heads_major(k), heads_major(v), kv_ids)
+  out = jax.vmap(one)(heads_major(q), heads_major(k), heads_major(v), q_ids,
+                      kv_ids)
   return heads_major(out)
+
+
+def _check_platform(interpret: bool) -> None:
+  platform = _platform()
+  if not interpret and platform != "tpu":
+    raise ValueError(
+        "model.attention_impl='splash' is a TPU kernel and this backend is "
+        f"{platform!r}: use model.attention_impl='xla' (or "
+        "'dot_product_attention') here.")
+
+
+def _sharded(fn, num_id_args: int):
+  """`fn(q, k, v, *ids)` inside jax.shard_map over the batch and heads
+  under a mesh with rules (a Pallas call cannot be partitioned by GSPMD)."""
+  rules = flax_spmd.get_logical_axis_rules()
+  mesh = jax.sharding.get_abstract_mesh()
+  if not rules or mesh.empty:
+    return fn
+  qkv_spec = logical.to_partition_spec(
+      ("activation_batch", None, "activation_heads", None), rules)
+  ids_spec = logical.to_partition_spec(("activation_batch", None), rules)
+  return jax.shard_map(fn, mesh=mesh,
+                       in_specs=(qkv_spec,) * 3 + (ids_spec,) * num_id_args,
+                       out_specs=qkv_spec, check_vma=False)
 
 
 def attention(q, k, v, input_mask, *, interpret: bool = False) -> jax.Array:
@@ -92,31 +131,36 @@ def attention(q, k, v, input_mask, *, interpret: bool = False) -> jax.Array:
   Returns:
     [B, T, H, D] in q.dtype, equal to the XLA path at every position.
   """
-  platform = _platform()
-  if not interpret and platform != "tpu":
-    raise ValueError(
-        "model.attention_impl='splash' is a TPU kernel and this backend is "
-        f"{platform!r}: use model.attention_impl='xla' (or "
-        "'dot_product_attention') here.")
+  _check_platform(interpret)
   check_seq_length(q.shape[1])
   q = q * jnp.asarray(q.shape[-1] ** -0.5, q.dtype)
   real = input_mask > 0
   has_tokens = jnp.any(real, axis=-1)  # [B]
   kv_ids = jnp.where(has_tokens[:, None], real, True).astype(jnp.int32)
 
-  fn = lambda q, k, v, ids: _local_attention(q, k, v, ids,
-                                             interpret=interpret)
-  rules = flax_spmd.get_logical_axis_rules()
-  mesh = jax.sharding.get_abstract_mesh()
-  if rules and not mesh.empty:
-    qkv_spec = logical.to_partition_spec(
-        ("activation_batch", None, "activation_heads", None), rules)
-    ids_spec = logical.to_partition_spec(("activation_batch", None), rules)
-    fn = jax.shard_map(fn, mesh=mesh,
-                       in_specs=(qkv_spec, qkv_spec, qkv_spec, ids_spec),
-                       out_specs=qkv_spec, check_vma=False)
+  fn = _sharded(lambda q, k, v, ids: _local_attention(q, k, v, ids,
+                                                      interpret=interpret), 1)
   out = fn(q, k, v, kv_ids)
   # A fully padded example: uniform weights over all keys, as in XLA.
   uniform = jnp.mean(v.astype(jnp.float32), axis=1, keepdims=True)
   return jnp.where(has_tokens[:, None, None, None], out,
                    uniform.astype(out.dtype)).astype(q.dtype)
+
+
+def segment_attention(q, k, v, segment_ids, *, half_window: int | None = None,
+                      interpret: bool = False) -> jax.Array:
+  """Softmax attention of q, k, v [B, T, H, D] within segments.
+
+  A query sees the keys of its own segment id ([B, T] ints; padding is a
+  segment of its own, so no row is ever empty), and with `half_window`
+  only those at most that many tokens away (LocalMask): the visibility of
+  ``models.rope_attention``, equal to its XLA paths at every position.
+  """
+  _check_platform(interpret)
+  check_seq_length(q.shape[1])
+  q = q * jnp.asarray(q.shape[-1] ** -0.5, q.dtype)
+  ids = segment_ids.astype(jnp.int32)
+  fn = _sharded(lambda q, k, v, q_ids, kv_ids: _local_attention(
+      q, k, v, kv_ids, interpret=interpret, q_ids=q_ids,
+      half_window=half_window), 2)
+  return fn(q, k, v, ids, ids).astype(q.dtype)

@@ -23,6 +23,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from bert_jax import config_lib
 from bert_jax.hf import checkpoint_io
 from bert_jax.hf import mapping
 from bert_jax.models import flops as flops_lib
@@ -65,6 +66,10 @@ class Objective:
   # nested dicts of host arrays (e.g. load the teacher, copy its layers into
   # the student). Not called on resume: the checkpoint holds both.
   warm_start: Callable[..., Any] | None = None
+  # Optional paths a new run's params come from besides train.init_from
+  # (a distillation teacher): (config) -> {config field: path}. The run
+  # takes their tokenizer (training/start_from.py), checked at startup.
+  param_sources: Callable[..., dict] | None = None
   # Optional Hugging Face export of the trained params: (config, params) ->
   # one or more checkpoint_io.HFModel (subdirectory, hf.mapping family,
   # model config, params), each written as one HF directory. None: one
@@ -91,6 +96,13 @@ class Objective:
   # (embeddings, embeddings_project when E != H, layers, pooler if trained).
   # None: params["bert"].
   encoder_params: Callable[..., Any] | None = None
+  # The objective that fine-tunes this family's runs as a sequence
+  # classifier (finetune.py); None: "classify" (BertForSequenceClassification).
+  finetune_objective: str | None = None
+  # With its own classifier: (params of the source in this family's tree,
+  # fresh classifier params) -> the classifier's params (what it takes over
+  # from the source). None: the BertModel hooks above.
+  finetune_params: Callable[..., Any] | None = None
 
 
 # name -> module defining OBJECTIVE; imported on first use.
@@ -100,6 +112,8 @@ _MODULES = {
     "classify": "bert_jax.objectives.classify",
     "electra": "bert_jax.objectives.electra",
     "distil": "bert_jax.objectives.distil",
+    "modernbert": "bert_jax.objectives.modernbert",
+    "modernbert_classify": "bert_jax.objectives.modernbert_classify",
     "span_qa": "bert_jax.objectives.span_qa",
     "token_classify": "bert_jax.objectives.token_classify",
 }
@@ -119,6 +133,25 @@ def get(name: str) -> Objective:
 
 def for_config(config) -> Objective:
   return get(config.objective.name)
+
+
+def check_packed_input(config, family: str) -> None:
+  """ValueError when a family with no sentence-pair head is given pair
+  batches (data.nsp / data.objective 'nsp' or 'sop'): half of those pairs
+  have a random or swapped second segment, which only corrupts its MLM
+  input, and nothing would learn the pair label."""
+  data = config.data
+  kind = config_lib.sentence_objective(data)
+  if kind == config_lib.PACKED:
+    return
+  field = (f"data.objective={data.objective!r}" if data.objective else
+           f"data.nsp={data.nsp}")
+  second = "random" if kind == config_lib.NSP else "swapped"
+  raise ValueError(
+      f"{field}: {family} trains no sentence-pair head, so {kind.upper()} "
+      f"pairs (half of them with a {second} second segment) would only "
+      "corrupt its input; set data.nsp=False (packed full sentences, as "
+      f"{family} was published).")
 
 
 def safe_div(total, count):
@@ -169,6 +202,20 @@ def masked_lm(config, params) -> checkpoint_io.HFModel:
   raise ValueError(
       f"A {config.objective.name!r} run holds no masked-LM head (its models: "
       f"{', '.join(m.family for m in models)}): nothing to fill masks with.")
+
+
+# Fine-tuning objectives whose params are a head on another family's encoder
+# (objective.encoder names it: its Hugging Face class, its pooler_act).
+HEAD_ON_ENCODER = ("classify", "token_classify", "span_qa")
+
+
+def encoder_name(config) -> str:
+  """The pretraining objective whose encoder a run's params hold: its own,
+  or for a fine-tuned classifier the one it was fine-tuned from
+  (``objective.encoder``, which picks its head and Hugging Face class)."""
+  if config.objective.name in HEAD_ON_ENCODER:
+    return config.objective.encoder
+  return config.objective.name
 
 
 def encoder_config(config):

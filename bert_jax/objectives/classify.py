@@ -4,7 +4,10 @@ Rows with ``example_weights`` 0 pad the last eval batch of a bucket; they
 carry no loss and no metric weight, so nothing is dropped or double-counted.
 ``model.num_labels`` = 1 selects regression (STS-B), as in Hugging Face.
 The evaluator scores every example from ``predict`` (the logits) and reports
-the loss of ``loss_sums``, both from the trainer's predict step.
+the loss of ``loss_sums``, both from the trainer's predict step. The head is
+the pooler on [CLS] (``model.pooler_act``: the activation of the encoder
+family's own Hugging Face head) and a linear layer; the export is that
+family's sequence-classification class (``hf.classify``).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from flax import nnx
 
 from bert_jax.data import checks as data_checks
 from bert_jax.data import features
+from bert_jax.hf import checkpoint_io
+from bert_jax.hf import classify as hf_classify
 from bert_jax.models import bert as model_lib
 from bert_jax.objectives import Objective
 from bert_jax.objectives import safe_div
@@ -76,17 +81,37 @@ def metrics(sums, counts_, config) -> dict:
   return out
 
 
+def check_task_run(config) -> None:
+  """Every fine-tuning task's checks (sentence, token, span): one phase,
+  and the sequence shape."""
+  if config.train.phases or config.train.recipe:
+    raise ValueError("train.phases / train.recipe apply to pretraining runs "
+                     "only (a fine-tuning run's batches are its task's "
+                     "length buckets, task.buckets); leave them empty.")
+  data_checks.check_sequence(config)
+
+
 def validate(config) -> None:
   """A task's checks: the sequence shape and the head. The pretraining
   pipeline's (tokenizer training, masking, sentence pairs) do not apply:
   rows come from the task with the checkpoint's tokenizer."""
-  data_checks.check_sequence(config)
+  check_task_run(config)
   if int(config.model.num_labels) < 1:
     raise ValueError(f"model.num_labels={config.model.num_labels} must be >= 1"
                      " (1: regression).")
 
 
+def hf_export(config, params) -> tuple[checkpoint_io.HFModel, ...]:
+  """The fine-tuned head as the class of the family it was fine-tuned from
+  (``objective.encoder``; ``hf.classify``): sequence classification here,
+  token classification or QA for those objectives (the same hook)."""
+  family = hf_classify.for_encoder(config.objective.encoder,
+                                   config.objective.name)
+  return (checkpoint_io.HFModel("", family.name, config.model, params),)
+
+
 OBJECTIVE = Objective(
     name="classify", make_model=make_model, feature_spec=feature_spec,
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
-    log_keys=(("loss", "loss"),), predict=predict, validate=validate)
+    log_keys=(("loss", "loss"),), predict=predict, validate=validate,
+    hf_export=hf_export)

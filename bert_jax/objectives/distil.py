@@ -21,6 +21,8 @@ smoke runs only).
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -35,6 +37,7 @@ from bert_jax.models import bert as model_lib
 from bert_jax.models import flops as flops_lib
 from bert_jax.objectives import Objective
 from bert_jax.objectives import bert
+from bert_jax.objectives import check_packed_input
 from bert_jax.objectives import safe_div
 
 RANDOM_TEACHER = "random"
@@ -179,6 +182,13 @@ def validate(config) -> None:
     raise ValueError("objective.teacher is empty: set it to the teacher BERT "
                      "(a workdir, an imported or a Hugging Face directory) "
                      "or to 'random' for a smoke run.")
+  if (o.teacher != "random" and "://" not in o.teacher and
+      not os.path.exists(o.teacher)):
+    raise ValueError(f"objective.teacher={o.teacher!r} does not exist: set "
+                     "it to the teacher BERT (a workdir, an imported or a "
+                     "Hugging Face directory) or to 'random' for a smoke "
+                     "run.")
+  check_packed_input(config, "DistilBERT")
   if not 1 <= o.student_layers <= config.model.num_hidden_layers:
     raise ValueError(f"objective.student_layers={o.student_layers} must be in "
                      f"[1, model.num_hidden_layers="
@@ -186,7 +196,29 @@ def validate(config) -> None:
   if o.temperature <= 0 or min(o.alpha_ce, o.alpha_mlm, o.alpha_cos) < 0:
     raise ValueError(f"objective.temperature={o.temperature} must be > 0 and "
                      "objective.alpha_ce/alpha_mlm/alpha_cos >= 0.")
+  check_teacher(config)
   data_checks.check_pretraining(config)
+
+
+def check_teacher(config) -> None:
+  """The teacher is a BERT of config.model's architecture, checked when the
+  config is (before anything is written; warm_start loads it only after the
+  data and the compile). Errors name objective.teacher."""
+  teacher = config.objective.teacher
+  if teacher in ("", RANDOM_TEACHER):
+    return
+  try:
+    source = pretrained.resolve(teacher)
+  except (ValueError, FileNotFoundError) as e:
+    raise type(e)(f"objective.teacher: {e}") from None
+  if source.objective != "bert":
+    raise ValueError(
+        f"objective.teacher={teacher} holds the model of a "
+        f"{source.objective!r} run ({source.kind}), not a BERT: the "
+        "teacher must be a BERT (a BERT pretraining workdir, or a "
+        "BertForPreTraining / BertForMaskedLM directory).")
+  pretrained.check_fits(source, config.model, "objective.teacher", note=(
+      " (the teacher's architecture, which the student's derives from)"))
 
 
 def flops_per_sequence(config) -> float:
@@ -200,6 +232,15 @@ def flops_per_sequence(config) -> float:
   return student + flops_lib.forward_flops(teacher)
 
 
+def encoder_config(config):
+  """The student as fine-tuning's BertModel, its pooler the dense + ReLU of
+  Hugging Face's DistilBertForSequenceClassification (pre_classifier), so
+  a fine-tuned student exports to that class exactly."""
+  model = student_config(config)
+  model.pooler_act = "relu"
+  return model
+
+
 def encoder_params(params, config) -> dict:
   """The student's encoder for fine-tuning (no pooler: a fresh one)."""
   del config
@@ -211,11 +252,20 @@ def hf_export(config, params):
   return (objectives.hf_model(config, params, student_config(config)),)
 
 
+def param_sources(config) -> dict:
+  """The teacher: the student starts from its params, so the run takes its
+  tokenizer (training/start_from.py)."""
+  teacher = config.objective.teacher
+  return {} if teacher in ("", RANDOM_TEACHER) else {
+      "objective.teacher": teacher}
+
+
 OBJECTIVE = Objective(
     name="distil", make_model=make_model, feature_spec=feature_spec,
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
     log_keys=(("loss", "loss"), ("mlm_acc", "mlm_accuracy"),
               ("ce", "distill_ce"), ("kl", "teacher_kl"), ("cos", "cos_loss")),
-    make_frozen=make_teacher, warm_start=warm_start, hf_export=hf_export,
+    make_frozen=make_teacher, warm_start=warm_start,
+    param_sources=param_sources, hf_export=hf_export,
     flops=flops_per_sequence, validate=validate,
-    encoder_config=student_config, encoder_params=encoder_params)
+    encoder_config=encoder_config, encoder_params=encoder_params)

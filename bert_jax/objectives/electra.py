@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import optax
 from flax import nnx
 
@@ -33,6 +34,7 @@ from bert_jax.models import electra as electra_model
 from bert_jax.models import flops as flops_lib
 from bert_jax.objectives import Objective
 from bert_jax.objectives import bert
+from bert_jax.objectives import check_packed_input
 from bert_jax.objectives import safe_div
 
 
@@ -172,6 +174,15 @@ def flops_per_sequence(config) -> float:
                  + 6.0 * (d * d + d)))
 
 
+def encoder_config(config):
+  """The discriminator as fine-tuning's BertModel, its pooler the dense +
+  gelu that Hugging Face's ElectraClassificationHead puts on [CLS] (so a
+  fine-tuned ELECTRA exports to ElectraForSequenceClassification exactly)."""
+  model = ml_collections.ConfigDict(config.model.to_dict())
+  model.pooler_act = "gelu"
+  return model
+
+
 def encoder_params(params, config) -> dict:
   """The discriminator for fine-tuning (as the paper fine-tunes it): the
   shared embeddings, its E -> H projection when E != H, and its layers; the
@@ -193,11 +204,22 @@ def hf_export(config, params) -> tuple[checkpoint_io.HFModel, ...]:
       hf_electra.network_params(params, net)) for net in hf_electra.NETWORKS)
 
 
+def validate(config) -> None:
+  """The pretraining pipeline's checks, then ELECTRA's own fields, before
+  anything is written: the generator's size (objective.generator_hidden_size
+  in (0, 1], heads that divide it) and packed input (no sentence-pair
+  head)."""
+  check_packed_input(config, "ELECTRA")  # First: the cause, not a symptom.
+  data_checks.check_pretraining(config)
+  electra_model.generator_config(config)
+
+
 OBJECTIVE = Objective(
     name="electra", make_model=make_model, feature_spec=feature_spec,
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
     log_keys=(("loss", "loss"), ("gen_acc", "mlm_accuracy"),
               ("disc_acc", "disc_accuracy"), ("disc_prec", "disc_precision"),
               ("disc_rec", "disc_recall"), ("replaced", "replaced_share")),
-    validate=data_checks.check_pretraining, hf_export=hf_export,
-    flops=flops_per_sequence, encoder_params=encoder_params)
+    validate=validate, hf_export=hf_export,
+    flops=flops_per_sequence, encoder_config=encoder_config,
+    encoder_params=encoder_params)

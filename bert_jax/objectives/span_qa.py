@@ -15,11 +15,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from bert_jax.data import checks as data_checks
 from bert_jax.data import features
 from bert_jax.models import bert as model_lib
 from bert_jax.models import flops as flops_lib
 from bert_jax.objectives import Objective
+from bert_jax.objectives import classify
 from bert_jax.objectives import safe_div
 
 PADDING_LOGIT = -1e4  # Below any real logit, finite in every dtype.
@@ -96,7 +96,7 @@ def validate(config) -> None:
   beside the longest question (run_squad's max_seq_length >
   max_query_length + 3: [CLS] and two [SEP]); the answer search's sizes.
   The pretraining pipeline's checks do not apply (see classify)."""
-  data_checks.check_sequence(config)
+  classify.check_task_run(config)
   task = config.get("task")
   if task is None:  # The objective alone (tests, tools): no windows to check.
     return
@@ -119,4 +119,4 @@ OBJECTIVE = Objective(
     name="span_qa", make_model=make_model, feature_spec=feature_spec,
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
     log_keys=(("loss", "loss"), ("span_acc", "span_accuracy")), flops=flops,
-    predict=predict, validate=validate)
+    predict=predict, validate=validate, hf_export=classify.hf_export)

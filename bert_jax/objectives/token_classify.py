@@ -13,11 +13,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from bert_jax.data import checks as data_checks
 from bert_jax.data import features
 from bert_jax.models import bert as model_lib
 from bert_jax.models import flops as flops_lib
 from bert_jax.objectives import Objective
+from bert_jax.objectives import classify
 from bert_jax.objectives import safe_div
 
 
@@ -80,7 +80,7 @@ def validate(config) -> None:
   over long sentences. The pretraining pipeline's (tokenizer training,
   masking, sentence pairs) do not apply: rows come from the task with the
   checkpoint's tokenizer."""
-  data_checks.check_sequence(config)
+  classify.check_task_run(config)
   if int(config.model.num_labels) < 1:
     raise ValueError(f"model.num_labels={config.model.num_labels} must be >= 1"
                      " (the tag set's size).")
@@ -98,4 +98,4 @@ OBJECTIVE = Objective(
     name="token_classify", make_model=make_model, feature_spec=feature_spec,
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
     log_keys=(("loss", "loss"), ("acc", "accuracy")), flops=flops,
-    predict=predict, validate=validate)
+    predict=predict, validate=validate, hf_export=classify.hf_export)

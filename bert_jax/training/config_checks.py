@@ -97,6 +97,9 @@ def _check_phases(config, num_devices: int,
   phases = phases_lib.resolve(config)
   if not phases_lib.is_phased(config):
     return phases
+  # Each phase's own schedule (its warmup / decay within its steps).
+  optim.make_optimizer(config.train,
+                       optim.learning_rate_schedule(config.train, phases))
   for phase in phases:
     pc = phases_lib.phase_config(config, phase)
     try:
@@ -124,7 +127,9 @@ def _check_sources(data) -> None:
             if field == primary else
             [data_sources.Source(data_sources.TEXT, spec)])
     for s in srcs:
-      if s.kind == data_sources.TEXT:
-        data_sources.resolve_text_files(s, f"data.{field}")
-      else:
+      if s.kind == data_sources.TFDS:
         data_sources.tfds_builder(s, data.tfds_data_dir)
+      else:  # Text, JSONL or Parquet files (records: the first one's form).
+        files, _ = data_sources.resolve_text_files(s, f"data.{field}")
+        data_sources.check_records(
+            s, files[0], data.get("text_field", "text"), f"data.{field}")

@@ -10,6 +10,7 @@ that drives them is ``training/trainer.py``.
 from __future__ import annotations
 
 import functools
+import json
 
 import jax
 import jax.numpy as jnp
@@ -224,6 +225,8 @@ class Programs:
   `predict_step` (None for objectives without `predict`) are `jax.jit`
   objects (call them, or `.lower(...).compile()` them); run them inside
   `self.context()` so that activation constraints see the mesh and rules.
+  A phase whose model fields differ (context extension's RoPE base) gets its
+  own steps over the same state (`steps_for`).
   """
 
   def __init__(self, config: ml_collections.ConfigDict, mesh, objective=None,
@@ -241,47 +244,67 @@ class Programs:
     # ---- Abstract model(s): graphdefs and param shardings.
     self.graphdef, abstract_params = nnx.split(
         abstract_model(config, objective), nnx.Param)
-    params_sharding = sharding.param_shardings(abstract_params, mesh,
-                                               self.rules)
+    self._params_sharding = sharding.param_shardings(abstract_params, mesh,
+                                                     self.rules)
     frozen = abstract_frozen(config, objective)
-    self.frozen_graphdef, frozen_sharding = None, None
+    self.frozen_graphdef, self._frozen_sharding = None, None
     if frozen is not None:
       self.frozen_graphdef, abstract_frozen_params = nnx.split(frozen,
                                                                nnx.Param)
-      frozen_sharding = sharding.param_shardings(abstract_frozen_params, mesh,
-                                                 self.rules)
+      self._frozen_sharding = sharding.param_shardings(
+          abstract_frozen_params, mesh, self.rules)
     # ---- State and batch shardings.
     init = init_state_fn(config, objective, self.tx)
     abstract_state = jax.eval_shape(init)
     self.state_sharding = state_shardings(mesh, self.tx, abstract_state,
-                                          params_sharding, frozen_sharding)
+                                          self._params_sharding,
+                                          self._frozen_sharding)
     self.abstract_state = jax.tree.map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
         abstract_state, self.state_sharding)
     self.batch_sharding = sharding.batch_sharding(mesh)
-    replicated = sharding.replicated(mesh)
     # ---- Jitted steps.
     self.init = jax.jit(init, out_shardings=self.state_sharding)
-    self.train_step = jax.jit(
-        functools.partial(train_step, graphdef=self.graphdef, tx=self.tx,
+    self.train_step, self.eval_step, self.predict_step = self._jit_steps(
+        config, self.graphdef)
+    self._phase_steps = {}  # Model config (JSON) -> (train, eval) steps.
+
+  def _jit_steps(self, config, graphdef):
+    """(train, eval, predict or None) steps of `config`'s model graph."""
+    replicated = sharding.replicated(self.mesh)
+    train = jax.jit(
+        functools.partial(train_step, graphdef=graphdef, tx=self.tx,
                           schedule=self.schedule, config=config,
-                          objective=objective,
+                          objective=self.objective,
                           frozen_graphdef=self.frozen_graphdef),
         in_shardings=(self.state_sharding, self.batch_sharding),
         out_shardings=(self.state_sharding, replicated),
         donate_argnums=(0,))
-    model_kwargs = dict(graphdef=self.graphdef, config=config,
-                        objective=objective,
+    model_kwargs = dict(graphdef=graphdef, config=config,
+                        objective=self.objective,
                         frozen_graphdef=self.frozen_graphdef)
-    eval_in = (params_sharding, self.batch_sharding, replicated,
-               frozen_sharding)
-    self.eval_step = jax.jit(
-        functools.partial(eval_step, **model_kwargs),
-        in_shardings=eval_in, out_shardings=replicated)
+    eval_in = (self._params_sharding, self.batch_sharding, replicated,
+               self._frozen_sharding)
+    evaluate = jax.jit(functools.partial(eval_step, **model_kwargs),
+                       in_shardings=eval_in, out_shardings=replicated)
     # Predictions come back replicated: every process sees every row.
-    self.predict_step = None if objective.predict is None else jax.jit(
+    predict = None if self.objective.predict is None else jax.jit(
         functools.partial(predict_step, **model_kwargs),
         in_shardings=eval_in, out_shardings=replicated)
+    return train, evaluate, predict
+
+  def steps_for(self, config):
+    """(train_step, eval_step) for a phase's config (`phases.phase_config`):
+    this run's own unless the phase overrides model fields (e.g. a larger
+    RoPE base), which then get their own graph over the same state."""
+    if config.model.to_dict() == self.config.model.to_dict():
+      return self.train_step, self.eval_step
+    key = json.dumps(config.model.to_dict(), sort_keys=True)
+    if key not in self._phase_steps:
+      graphdef = nnx.split(abstract_model(config, self.objective),
+                           nnx.Param)[0]
+      self._phase_steps[key] = self._jit_steps(config, graphdef)[:2]
+    return self._phase_steps[key]
 
   def warm_start(self, state):
     """A fresh state through the objective's `warm_start` (e.g. the teacher

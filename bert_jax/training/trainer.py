@@ -23,6 +23,7 @@ from bert_jax.training import phases as phases_lib
 from bert_jax.training import preemption
 from bert_jax.training import pretraining_input as pretraining_data
 from bert_jax.training import sharding
+from bert_jax.training import start_from
 from bert_jax.training import steps as steps_lib
 from bert_jax.training import utilization
 
@@ -105,6 +106,7 @@ class Trainer:
     self.batch_sharding = self.programs.batch_sharding
     self.checkpointer = checkpointing.Checkpointer(workdir, config.checkpoint)
     self._train_steps = {}  # Global batch shape -> compiled step.
+    self._phase_steps = {}  # Phase index -> (compiled step, batch shape).
     self._compile()
 
   def _context(self):
@@ -125,26 +127,43 @@ class Trainer:
     with self._context():
       later = self.phases[self._phase.index + 1:]
       for phase in [self._phase] + later:
-        spec = p.batch_spec(phase.batch_size, phase.seq_length,
-                            phase.max_predictions_per_seq)
-        step = p.train_step.lower(p.abstract_state, spec).compile()
-        if phase is self._phase:
-          self.train_step, self._config_shape = step, spec["input_ids"].shape
-        else:
-          self._train_steps[spec["input_ids"].shape] = step
+        step = self._compile_phase(phase)
+        if phase is not self._phase:
           _log_memory(f"the train step of phase {phase.index + 1}/"
                       f"{len(self.phases)} ({phase.describe()})", step)
-      if self._evaluate_fn is None:  # Else the caller's evaluate compiles.
-        self.eval_step = p.eval_step.lower(
-            p.abstract_state["params"],
-            p.batch_spec(self._eval_local_batch_size() * jax.process_count()),
-            p.eval_rng(0), p.abstract_state.get("frozen")).compile()
+      self.train_step, self._config_shape = self._phase_steps[
+          self._phase.index]
+      self._compile_eval(self._phase)
     self.compile_seconds = time.time() - start
     if "frozen" in p.abstract_state:
       logging.info("Frozen params (no gradient, no optimizer state): %.1f MB "
                    "per device.", _bytes_per_device(p.abstract_state["frozen"])
                    / 2**20)
     _log_memory(f"train step in {self.compile_seconds:.1f}s", self.train_step)
+
+  def _compile_phase(self, phase):
+    """The train step of `phase` (its shapes and model), compiled once."""
+    if phase.index not in self._phase_steps:
+      p = self.programs
+      spec = p.batch_spec(phase.batch_size, phase.seq_length,
+                          phase.max_predictions_per_seq)
+      train_step, _ = p.steps_for(self._phase_config(phase))
+      self._phase_steps[phase.index] = (
+          train_step.lower(p.abstract_state, spec).compile(),
+          spec["input_ids"].shape)
+    return self._phase_steps[phase.index][0]
+
+  def _compile_eval(self, phase) -> None:
+    """The eval step of `phase`'s model (the caller's evaluate compiles
+    its own)."""
+    if self._evaluate_fn is not None:
+      return
+    p = self.programs
+    _, eval_step = p.steps_for(self._phase_config(phase))
+    self.eval_step = eval_step.lower(
+        p.abstract_state["params"],
+        p.batch_spec(self._eval_local_batch_size() * jax.process_count()),
+        p.eval_rng(0), p.abstract_state.get("frozen")).compile()
 
   def _train_step_for(self, batch):
     """The compiled step for this batch's shape: the config's shape is
@@ -180,7 +199,11 @@ class Trainer:
                "skipped)")
     logging.info("Phase %d/%d from step %d: %s; data: %s.", phase.index + 1,
                  len(self.phases), step, phase.describe(), where)
-    self._phase = phase
+    previous, self._phase = self._phase, phase
+    self.train_step, self._config_shape = self._phase_steps[phase.index]
+    if phase.model != previous.model:
+      with self._context():
+        self._compile_eval(phase)
 
   def _eval_local_batch_size(self) -> int:
     first = self.eval_batches[0] if self.eval_batches else None
@@ -206,6 +229,10 @@ class Trainer:
         self.train_iter = self.data.train_iterator(self._phase_config(phase))
         state = self.checkpointer.restore(step, self.abstract_state,
                                           self.train_iter, self.config)
+        with self._context():
+          self._compile_phase(phase)
+          self._compile_eval(phase)
+        self.train_step, self._config_shape = self._phase_steps[phase.index]
       logging.info("Resumed from checkpoint step %d in %s.", step,
                    self.checkpointer.directory)
       return state
@@ -299,6 +326,7 @@ class Trainer:
       logging.info("Checkpoint is at step %d >= train.num_steps=%d: nothing "
                    "to do.", start_step, train.num_steps)
     t_last, step_last = time.time(), start_step
+    window = []  # (loss, finite) of the steps since the last log line.
     for step in range(start_step, train.num_steps):
       if step >= self._phase.end:
         self._enter_phase(phases_lib.at_step(self.phases, step), step)
@@ -311,9 +339,12 @@ class Trainer:
       done = step + 1
       self.checkpointer.check_for_errors()  # A failed async save stops here.
       self._nonfinite.observe(done, metrics["finite"])
+      window.append((metrics["loss"], metrics["finite"]))  # No host sync.
       is_last = done == train.num_steps
       if done % train.log_every == 0 or is_last:
         metrics = jax.device_get(metrics)
+        metrics.update(_window_loss(jax.device_get(window), done))
+        window = []
         now = time.time()
         tps = tokens_per_step * (done - step_last) / max(now - t_last, 1e-9)
         t_last, step_last = now, done
@@ -372,6 +403,16 @@ class Trainer:
       self._preemption.close()
 
 
+def _window_loss(window, done: int) -> dict:
+  """The mean training loss over the steps since the last log line (the
+  last train.log_every steps, fewer at the end), finite steps only: one
+  batch's loss is noise, this is the number a summary reports."""
+  losses = [float(l) for l, finite in window if bool(finite)]
+  return dict(window_loss=float(np.mean(losses)) if losses else float("nan"),
+              window_first_step=done - len(window) + 1,
+              window_steps=len(losses))
+
+
 def run_trainer(trainer: Trainer, lock) -> dict:
   """Run `trainer` under the workdir `lock` (checked before every save)."""
   trainer.checkpointer.guard = lock.verify
@@ -390,5 +431,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   """
   phases = config_checks.validate(config, jax.device_count(),
                                   jax.process_count())
+  config = start_from.resolve(config, workdir)  # The tokenizer of init_from.
   with workdir_lock.hold(workdir, take_over=take_over_workdir) as lock:
     return run_trainer(Trainer(config, workdir, phases=phases), lock)

@@ -20,6 +20,8 @@ def _config(objective: str):
     config.data.update(objective="packed", nsp=False)
   elif objective == "electra":
     config.model.embedding_size = 32
+    # ELECTRA trains no pair head: packed input (check_packed_input).
+    config.data.update(objective="packed", nsp=False)
   return config
 
 

@@ -69,8 +69,10 @@ def test_conll_sentences_tag_column_and_docstart(tmp_path):
 @pytest.mark.parametrize("text,match", [
     ("EU B-ORG\nrejects\n", r"train.txt:2: 1 column\(s\).*tag column missing"),
     ("EU NNP\n", r"train.txt:1: tag 'NNP' is not O or B-/I-/E-/S-"),
-    ("-DOCSTART- O\n\n\n", "train split of task 'user' holds no sentence"),
-    ("", "train split of task 'user' holds no sentence"),
+    ("-DOCSTART- O\n\n\n", r"train split of task 'user' \(task.train_file="
+     r".*train.txt\) holds no sentence"),
+    ("", r"train split of task 'user' \(task.train_file=.*train.txt\) holds "
+     "no sentence"),
 ])
 def test_conll_bad_input_is_one_clear_error(tmp_path, text, match):
   train, dev = tmp_path / "train.txt", tmp_path / "dev.txt"

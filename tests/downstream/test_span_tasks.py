@@ -287,3 +287,34 @@ def test_no_room_for_the_context_is_refused_before_anything_is_written(
       f"data.seq_length={SEQ} must exceed task.max_query_length={SEQ - 3} + 3"
       " ([CLS] and two [SEP]) to leave room for the context.")
   assert helpers.written_files(tmp_path / "out") == []
+
+
+PHASES_REFUSED = ("train.phases / train.recipe apply to pretraining runs only "
+                  "(a fine-tuning run's batches are its task's length "
+                  "buckets, task.buckets); leave them empty.")
+
+
+@pytest.mark.parametrize("case", ["label_names", "phases", "empty_dev"])
+def test_bad_setup_is_one_error_before_anything_is_written(learned, tmp_path,
+                                                           case):
+  """Sentence tasks' refusals that apply to a span task: label names (it
+  has no classes), phases, an empty split (named with its file)."""
+  config = qa_config(learned["hf"]["out"], learned["dev"], learned["dev"])
+  empty = tmp_path / "empty.json"
+  empty.write_text(json.dumps({"version": "v2.0", "data": []}))
+  if case == "label_names":
+    config.task.label_names = ("start", "end")
+    expected = ("task.label_names=('start', 'end'): a span task has no "
+                "classes (the head marks an answer's start and end); leave "
+                "task.label_names empty.")
+  elif case == "phases":
+    config.train.phases = (dict(num_steps=2, seq_length=SEQ),) * 2
+    expected = PHASES_REFUSED
+  else:
+    config.task.validation_file = str(empty)
+    expected = ("The validation split of task 'generated_qa' (task."
+                f"validation_file={empty}) holds no question.")
+  with pytest.raises(ValueError) as e:
+    finetuning.run(config, str(tmp_path / "out"))
+  assert str(e.value) == expected
+  assert helpers.written_files(tmp_path / "out") == []

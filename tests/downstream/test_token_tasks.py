@@ -210,7 +210,34 @@ def test_an_empty_split_is_one_error_before_anything_is_written(base,
   train.write_text("Jim B-PER\nruns O\n")
   dev.write_text("-DOCSTART- -X- O\n\n\n")
   config = tagging_config(base["hf"]["out"], str(train), str(dev))
-  with pytest.raises(ValueError, match="The validation split of task "
-                     "'generated_tags' holds no sentence"):
+  with pytest.raises(ValueError) as e:
     finetuning.run(config, str(tmp_path / "out"))
+  assert str(e.value).startswith(
+      "The validation split of task 'generated_tags' (task.validation_file="
+      f"{dev}) holds no sentence")
+  assert helpers.written_files(tmp_path / "out") == []
+
+
+@pytest.mark.parametrize("case", ["label_names", "phases"])
+def test_bad_setup_is_one_error_before_anything_is_written(base, tmp_path,
+                                                           case):
+  """Sentence tasks' refusals that apply to a token task: label names
+  other than its tags (which name themselves), phases."""
+  train, dev = tmp_path / "train.txt", tmp_path / "dev.txt"
+  train.write_text("Jim B-PER\nruns O\n")
+  dev.write_text("Ann B-PER\n")
+  config = tagging_config(base["hf"]["out"], str(train), str(dev))
+  if case == "label_names":
+    config.task.label_names = ("person", "other")
+    expected = ("task.label_names=('person', 'other'): a token task's tags "
+                "name themselves (O, B-PER, in id order, saved as "
+                "label_map.json); leave task.label_names empty.")
+  else:
+    config.train.phases = (dict(num_steps=2, seq_length=32),) * 2
+    expected = ("train.phases / train.recipe apply to pretraining runs only "
+                "(a fine-tuning run's batches are its task's length "
+                "buckets, task.buckets); leave them empty.")
+  with pytest.raises(ValueError) as e:
+    finetuning.run(config, str(tmp_path / "out"))
+  assert str(e.value) == expected
   assert helpers.written_files(tmp_path / "out") == []

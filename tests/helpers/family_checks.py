@@ -1,4 +1,4 @@
-"""Shared checks for objectives beyond BERT (ALBERT, DistilBERT).
+"""Shared checks for objectives beyond BERT (ALBERT, DistilBERT, ModernBERT).
 
 `mesh_losses` runs 3 train steps of an objective on 1 device and on 8
 simulated CPU devices (DP=8, FSDP=8, DP=4 x TP=2) in a subprocess whose
@@ -21,6 +21,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MESHES = {"single": (1, 1, 1), "dp8": (8, 1, 1), "fsdp8": (1, 8, 1),
           "dp4_tp2": (4, 1, 2)}
 STEPS = 3
+# A ModernBERT small enough for the tests: 3 blocks (global, local, local),
+# an 8-token window (so 32-token rows run the blocked sliding window).
+MODERNBERT_TINY = dict(type_vocab_size=0, num_hidden_layers=3,
+                       intermediate_size=96, local_attention=8,
+                       global_attn_every_n_layers=3, layer_norm_eps=1e-5,
+                       classifier_dropout_prob=0.0)
 
 
 def family_config(family: str, data=1, fsdp=1, tensor=1):
@@ -35,6 +41,10 @@ def family_config(family: str, data=1, fsdp=1, tensor=1):
   elif family == "distil":
     c.objective.name = "distil"
     c.objective.update(student_layers=1, teacher="random")
+    c.data.update(objective="packed", nsp=False)
+  elif family == "modernbert":
+    c.objective.name = "modernbert"
+    c.model.update(MODERNBERT_TINY)
     c.data.update(objective="packed", nsp=False)
   else:
     raise ValueError(family)

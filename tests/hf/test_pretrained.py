@@ -13,6 +13,7 @@ import pytest
 from bert_jax import config_lib
 from bert_jax import pretrained
 from bert_jax.hf import checkpoint_io
+from bert_jax.hf import importing
 from bert_jax.hf import mapping
 from tests.helpers.checkpoints import assert_trees_identical
 from tests.helpers.checkpoints import hf_model_config as tiny_model_config
@@ -83,7 +84,7 @@ def test_imported_dir(tmp_path):
   cfg = tiny_model_config()
   params = random_params(cfg, seed=4)
   out = str(tmp_path / "imp")
-  checkpoint_io.save_imported(out, params, cfg, mapping.ImportReport(),
+  checkpoint_io.save_imported(out, params, cfg, importing.ImportReport(),
                               data_overrides=dict(lower_case=False))
   with open(os.path.join(out, "vocab.txt"), "w") as f:
     f.write("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")

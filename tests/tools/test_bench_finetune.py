@@ -98,3 +98,30 @@ def test_english_tasks_hold_out_the_dev_names(tmp_path):
       "data"][0]["paragraphs"] for qa in para["qas"] for a in qa["answers"]}
   assert answers(train) <= set(make.PER_FIRST[0])
   assert answers(dev) <= set(make.PER_FIRST[1]) and answers(dev)
+
+
+def test_documented_command_parses_without_a_workdir():
+  """docs/downstream.md's command (it used to stop with `flag
+  --workdir=None`: the tool writes no workdir). Flags defined as the script
+  defines them (define_flags) and parsed in a child, absl's required-flag
+  checks included; nothing is benchmarked."""
+  import subprocess
+  import sys
+  argv = ["bench_finetune", "--config", "configs/finetune.py",
+          "--config.task.name=pydoc_topics", "--config.task.text_field=text",
+          "--config.task.train_file=/tmp/demo_task/train.csv",
+          "--config.task.validation_file=/tmp/demo_task/dev.csv",
+          "--config.train.init_from=/tmp/bert_demo",
+          "--config.data.seq_length=64", "--config.task.buckets=(16,32,64)",
+          "--config.train.batch_size=32", "--rounds", "3", "--warmup", "2"]
+  # (config_flags reads its --config.* overrides from sys.argv.)
+  code = ("import sys; from absl import app; from absl import flags; "
+          "from tests.helpers import import_tool; "
+          f"sys.argv = {argv!r}; import_tool('bench_finetune').define_flags(); "
+          "F = flags.FLAGS; "
+          "app.run(lambda _: print(F.config.task.buckets, F.rounds))")
+  r = subprocess.run([sys.executable, "-c", code], cwd=helpers.REPO,
+                     env=helpers.child_env(), capture_output=True, text=True,
+                     timeout=300)
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert r.stdout.split() == ["(16,", "32,", "64)", "3"], r.stdout

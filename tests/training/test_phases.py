@@ -193,15 +193,28 @@ def test_logged_learning_rate_is_the_rate_the_update_applied():
                   {"num_steps": 10, "seq_length": 64,
                    "max_predictions_per_seq": 10, "batch_size": 6})),
      "Phase 1 of the run.*train.batch_size=6 is not divisible"),
+    # Numbers where the dicts go (issue 24: "TypeError: 'int' object is not
+    # iterable").
+    (dict(phases=(20, 10)),
+     r"^train.phases=\(20, 10\) must be a tuple of dicts, one per phase, "
+     r"e.g. --config.train.phases=\"\(\{'num_steps': 900, "),
+    (dict(phases=({"num_steps": 30, "seq_length": 32,
+                   "max_predictions_per_seq": 5, "batch_size": 16}, 10)),
+     r"^train.phases\[1\]=10 is not a dict: train.phases must be a tuple "
+     "of dicts"),
+    (dict(phases=({"num_steps": "30", "seq_length": 32,
+                   "max_predictions_per_seq": 5, "batch_size": 16},)),
+     r"^train.phases\[0\].num_steps='30' must be a whole number\.$"),
     (dict(recipe="bert_three_phase"), "train.recipe='bert_three_phase'"),
     (dict(phase_schedule="cosine"), "train.phase_schedule='cosine'"),
     (dict(phase_data="restart"), "train.phase_data='restart'"),
 ])
 def test_bad_phases_are_one_sentence_naming_the_field(train, message):
   from bert_jax.training import config_checks
-  with pytest.raises(ValueError, match=message):
+  with pytest.raises(ValueError, match=message) as e:
     config_checks.validate(_config(**train), num_devices=4,
                            check_sources=False)
+  assert len(str(e.value).splitlines()) == 1
 
 
 def test_fine_tuning_refuses_phases(tmp_path):
