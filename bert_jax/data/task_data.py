@@ -31,25 +31,18 @@ from typing import Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from bert_jax.data import feature_batches
 from bert_jax.data import features
 from bert_jax.data import iterator as data_iterator
 from bert_jax.data import task_sources
 from bert_jax.data import tokenizers
 
-DEFAULT_BUCKETS = (32, 64, 128)
-INDEX = "example_index"
+# The bucket lengths and the row-index key are feature_batches' (one home
+# for every task kind's batches).
+INDEX = feature_batches.INDEX
 _ENCODE_BATCH = 256
 _MAX_EPOCHS = 1 << 40
 _nc = tf.autograph.experimental.do_not_convert
-
-
-def bucket_lengths(seq_length: int,
-                   buckets: Sequence[int] = DEFAULT_BUCKETS) -> tuple[int, ...]:
-  """The static sequence lengths batches may have (sorted, last seq_length)."""
-  if seq_length < 3:
-    raise ValueError(f"seq_length={seq_length} must be >= 3 ([CLS] x [SEP]).")
-  return tuple(sorted({min(int(b), seq_length) for b in buckets if int(b) > 2}
-                      | {int(seq_length)}))
 
 
 def feature_spec(spec: task_sources.TaskSpec) -> dict:
@@ -200,7 +193,7 @@ def _options(ds: tf.data.Dataset) -> tf.data.Dataset:
 
 def train_dataset(rows: task_sources.Rows, tok: tokenizers.Tokenizer, *,
                   seq_length: int, batch_size: int, seed: int,
-                  buckets: Sequence[int] = DEFAULT_BUCKETS,
+                  buckets: Sequence[int] = feature_batches.DEFAULT_BUCKETS,
                   process_index: int = 0, process_count: int = 1,
                   with_index: bool = False) -> tf.data.Dataset:
   """Endless shuffled training batches of this host's share of ``batch_size``.
@@ -228,7 +221,7 @@ def train_dataset(rows: task_sources.Rows, tok: tokenizers.Tokenizer, *,
 
 def eval_dataset(rows: task_sources.Rows, tok: tokenizers.Tokenizer, *,
                  seq_length: int, batch_size: int,
-                 buckets: Sequence[int] = DEFAULT_BUCKETS,
+                 buckets: Sequence[int] = feature_batches.DEFAULT_BUCKETS,
                  process_index: int = 0, process_count: int = 1
                  ) -> tf.data.Dataset:
   """Every row once, deterministic order, with ``example_index``."""
@@ -240,7 +233,7 @@ def eval_dataset(rows: task_sources.Rows, tok: tokenizers.Tokenizer, *,
 def _batches(order, rows, tok, seq_length, batch_size, buckets, process_index,
              process_count, with_index) -> tf.data.Dataset:
   pad_id = 0 if tok.pad_id is None else int(tok.pad_id)
-  lengths = bucket_lengths(seq_length, buckets)
+  lengths = feature_batches.bucket_lengths(seq_length, buckets)
   ds = _examples(order, rows, tok, seq_length)
   ds = _bucketed(ds, lengths, batch_size, pad_id)
   ds = ds.map(_nc(_finish(batch_size, pad_id, process_index, process_count)))

@@ -352,6 +352,43 @@ class BertForSequenceClassification(nnx.Module):
             + self.classifier.bias[...]).astype(jnp.float32)
 
 
+class BertForTokenClassification(nnx.Module):
+  """BERT with a per-token tagging head (HF ``BertForTokenClassification``:
+  encoder without pooler -> dropout -> linear ``classifier``)."""
+
+  def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
+    self.bert = BertModel(config, rngs=rngs, add_pooling_layer=False)
+    self.dropout = nnx.Dropout(config.hidden_dropout_prob)
+    self.classifier = Dense(config, config.hidden_size, config.num_labels,
+                            ("embed", "classes"), rngs=rngs)
+
+  def __call__(self, input_ids, input_mask, segment_ids, *,
+               deterministic=True, rngs=None):
+    """Returns logits [B, T, num_labels] in float32."""
+    seq, _ = self.bert(input_ids, input_mask, segment_ids,
+                       deterministic=deterministic, rngs=rngs)
+    seq = self.dropout(seq, deterministic=deterministic, rngs=rngs)
+    return self.classifier(seq).astype(jnp.float32)
+
+
+class BertForQuestionAnswering(nnx.Module):
+  """BERT with start / end logits per token (HF ``BertForQuestionAnswering``:
+  encoder without pooler -> linear ``qa_outputs`` to 2, no dropout)."""
+
+  def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
+    self.bert = BertModel(config, rngs=rngs, add_pooling_layer=False)
+    self.qa_outputs = Dense(config, config.hidden_size, 2,
+                            ("embed", "classes"), rngs=rngs)
+
+  def __call__(self, input_ids, input_mask, segment_ids, *,
+               deterministic=True, rngs=None):
+    """Returns (start_logits, end_logits), each [B, T] in float32."""
+    seq, _ = self.bert(input_ids, input_mask, segment_ids,
+                       deterministic=deterministic, rngs=rngs)
+    logits = self.qa_outputs(seq).astype(jnp.float32)
+    return logits[..., 0], logits[..., 1]
+
+
 def validate_model_config(config: ml_collections.ConfigDict) -> None:
   """Raise one clear ValueError for an inconsistent model config."""
   if config.hidden_size % config.num_attention_heads:
