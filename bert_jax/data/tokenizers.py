@@ -25,14 +25,8 @@ import io
 import itertools
 import os
 import time
-from typing import (
-  TYPE_CHECKING,
-  Iterable,
-  Iterator,
-  NamedTuple,
-  Optional,
-  Sequence,
-)
+from typing import (TYPE_CHECKING, Iterable, Iterator, NamedTuple,
+                    Optional, Sequence)
 
 import jax
 import ml_collections
