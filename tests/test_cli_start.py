@@ -11,7 +11,6 @@ import logging
 import os
 import subprocess
 import sys
-import types
 
 import pytest
 
@@ -105,7 +104,7 @@ def test_verbose_keeps_every_library_line(monkeypatch):
       for path in (orbax.checkpoint.__file__, tensorflow.__file__,
                    "/home/me/jax/bert_jax/training/x.py"))
   for verbose in (False, True):
-    monkeypatch.setattr(cli, "FLAGS", types.SimpleNamespace(verbose=verbose))
+    monkeypatch.setattr(cli, "_verbose", lambda argv=None, v=verbose: v)
     assert cli._QuietLibraries().filter(orbax) is verbose
     assert cli._QuietLibraries().filter(tf_info) is verbose
     assert cli._QuietLibraries().filter(ours)  # Ours, wherever it lives.
