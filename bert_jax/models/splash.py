@@ -1,9 +1,15 @@
-"""Splash attention (TPU Pallas flash kernel) under BERT's padding mask.
+"""Splash attention (TPU Pallas flash kernel) under BERT's padding mask or
+packed rows.
 
 `model.attention_impl="splash"` routes SelfAttention here. The kernel
 (`jax.experimental.pallas.ops.tpu.splash_attention`) takes one example's
-[heads, T, head_dim] and a static mask; BERT's dynamic padding mask is
-expressed with its segment ids (a query attends a key iff their ids match):
+[heads, T, head_dim] and a static mask (full, or a `LocalMask` for a
+window); the dynamic masks are expressed with its segment ids (a query
+attends a key iff their ids match).
+
+Packed rows (`sequence_ids`): the query and key ids are the sequence ids
+themselves (0 = padding attends padding), so no query is ever without a key
+and nothing else is needed. Padded rows:
 
 * every query gets id 1; a key gets id 1 if it is a real token, 0 if padding.
   So every query, real or padded, attends exactly the real keys: the same
@@ -57,36 +63,45 @@ def _block(seq_length: int) -> int:
   return next(b for b in (512, 256, LANES) if seq_length % b == 0)
 
 
-def _kernel(num_heads: int, seq_length: int, interpret: bool):
+def _kernel(num_heads: int, seq_length: int, interpret: bool, window=None):
   b = _block(seq_length)
   blocks = sa.BlockSizes(block_q=b, block_kv=b, block_kv_compute=b,
                          block_q_dkv=b, block_kv_dkv=b,
                          block_kv_dkv_compute=b, block_q_dq=b, block_kv_dq=b)
-  mask = sa.MultiHeadMask([sa.FullMask((seq_length, seq_length))] * num_heads)
+  shape = (seq_length, seq_length)
+  head = (sa.FullMask(shape) if window is None else
+          sa.LocalMask(shape, window_size=tuple(window), offset=0))
+  mask = sa.MultiHeadMask([head] * num_heads)
   return sa.make_splash_mha_single_device(mask, block_sizes=blocks,
                                           interpret=interpret)
 
 
-def _local_attention(q, k, v, kv_ids, *, interpret):
-  """q, k, v [B, T, H, D] (q scaled), kv_ids [B, T] int32 -> [B, T, H, D]."""
+def _local_attention(q, k, v, q_ids, kv_ids, *, interpret, window):
+  """q, k, v [B, T, H, D] (q scaled), q_ids / kv_ids [B, T] int32 ->
+  [B, T, H, D]."""
   _, t, h, _ = q.shape
-  kernel = _kernel(h, t, interpret)
-  q_ids = jnp.ones((t,), jnp.int32)
+  kernel = _kernel(h, t, interpret, window)
 
-  def one(q, k, v, ids):  # [H, T, D] each.
-    return kernel(q, k, v, segment_ids=sa.SegmentIds(q=q_ids, kv=ids))
+  def one(q, k, v, q_ids, kv_ids):  # [H, T, D] each.
+    return kernel(q, k, v, segment_ids=sa.SegmentIds(q=q_ids, kv=kv_ids))
 
   heads_major = lambda x: jnp.swapaxes(x, 1, 2)
-  out = jax.vmap(one)(heads_major(q), heads_major(k), heads_major(v), kv_ids)
+  out = jax.vmap(one)(heads_major(q), heads_major(k), heads_major(v), q_ids,
+                      kv_ids)
   return heads_major(out)
 
 
-def attention(q, k, v, input_mask, *, interpret: bool = False) -> jax.Array:
-  """Softmax attention of q, k, v [B, T, H, D] over the real keys.
+def attention(q, k, v, input_mask, *, sequence_ids=None, window=None,
+              interpret: bool = False) -> jax.Array:
+  """Softmax attention of q, k, v [B, T, H, D] over the keys each query may
+  attend.
 
   Args:
     q, k, v: projections in the compute dtype (q not yet scaled).
-    input_mask: [B, T], nonzero at real tokens.
+    input_mask: [B, T], nonzero at real tokens (read when `sequence_ids` is
+      None: padded rows).
+    sequence_ids: [B, T] packed sequence ids (0 = padding), or None.
+    window: (left, right) local attention, or None.
     interpret: run the Pallas interpreter (tests on CPU; slow).
 
   Returns:
@@ -100,12 +115,17 @@ def attention(q, k, v, input_mask, *, interpret: bool = False) -> jax.Array:
         "'dot_product_attention') here.")
   check_seq_length(q.shape[1])
   q = q * jnp.asarray(q.shape[-1] ** -0.5, q.dtype)
-  real = input_mask > 0
-  has_tokens = jnp.any(real, axis=-1)  # [B]
-  kv_ids = jnp.where(has_tokens[:, None], real, True).astype(jnp.int32)
+  if sequence_ids is not None:
+    q_ids = kv_ids = jnp.asarray(sequence_ids).astype(jnp.int32)
+    has_tokens = None
+  else:
+    real = input_mask > 0
+    has_tokens = jnp.any(real, axis=-1)  # [B]
+    kv_ids = jnp.where(has_tokens[:, None], real, True).astype(jnp.int32)
+    q_ids = jnp.ones_like(kv_ids)
 
-  fn = lambda q, k, v, ids: _local_attention(q, k, v, ids,
-                                             interpret=interpret)
+  fn = lambda q, k, v, q_ids, kv_ids: _local_attention(
+      q, k, v, q_ids, kv_ids, interpret=interpret, window=window)
   rules = flax_spmd.get_logical_axis_rules()
   mesh = jax.sharding.get_abstract_mesh()
   if rules and not mesh.empty:
@@ -113,9 +133,12 @@ def attention(q, k, v, input_mask, *, interpret: bool = False) -> jax.Array:
         ("activation_batch", None, "activation_heads", None), rules)
     ids_spec = logical.to_partition_spec(("activation_batch", None), rules)
     fn = jax.shard_map(fn, mesh=mesh,
-                       in_specs=(qkv_spec, qkv_spec, qkv_spec, ids_spec),
+                       in_specs=(qkv_spec, qkv_spec, qkv_spec, ids_spec,
+                                 ids_spec),
                        out_specs=qkv_spec, check_vma=False)
-  out = fn(q, k, v, kv_ids)
+  out = fn(q, k, v, q_ids, kv_ids)
+  if has_tokens is None:
+    return out.astype(q.dtype)
   # A fully padded example: uniform weights over all keys, as in XLA.
   uniform = jnp.mean(v.astype(jnp.float32), axis=1, keepdims=True)
   return jnp.where(has_tokens[:, None, None, None], out,
