@@ -11,10 +11,23 @@ pooler and the NSP head are left out). With factorized embeddings (width
 E != d) the encoder adds the projection, 6 E d per token, and the MLM head
 maps d -> E: 6 (d E + E V).
 
-Each objective may count its own step (``Objective.flops``, FLOPs of one
-sequence, built from the functions here); :func:`train_flops_per_step` uses
-it, else BERT's count (:func:`bert_flops_per_sequence`; ALBERT's too: layer
-sharing saves parameters, not FLOPs). ELECTRA counts both networks
+Two counts of a step, from one :class:`Work` (what the step computes on):
+
+* **full rows** (:func:`full_rows`): every slot of the batch a real token and
+  one sequence a row, T^2 query-key pairs each: what the kernels compute on
+  a padded or packed batch of that shape (they run on padding and compute
+  the masked pairs too). The startup log and ``train_flops_per_step``.
+* **real work** (``training/steps.py`` counts it from each batch): the real
+  tokens only, and attention over each sequence's own length, sum of L_i^2
+  over the sequences of a row (a packed row of sequences L_1, L_2 attends
+  L_1^2 + L_2^2 pairs, not (L_1 + L_2)^2), MLM logits at the real masked
+  positions. The MFU the trainer logs: useful model FLOPs, so a padded and a
+  packed run of the same data read the same FLOPs per example.
+
+Each objective may count its own step (``Objective.flops(config, work)``,
+built from the functions here); :func:`objectives.train_flops_per_step`
+uses it, else BERT's count (:func:`bert_flops`; ALBERT's too: layer sharing
+saves parameters, not FLOPs). ELECTRA counts both networks
 (``objectives/electra.py``), DistilBERT the student's training plus the
 frozen teacher's forward pass (``objectives/distil.py``). bert_jax gathers the
 ``max_predictions_per_seq`` masked positions before the MLM head, so P
@@ -31,6 +44,22 @@ compute dtype (bf16 inputs with float32 accumulation, like ``model.matmul``).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+
+class Work(NamedTuple):
+  """What a step computes on, in the units the FLOP counts need."""
+  tokens: float  # Tokens every dense layer runs on.
+  attended: float  # Query-key pairs of attention: sum over sequences of L^2.
+  predictions: float  # Positions that get MLM vocabulary logits.
+
+
+def full_rows(rows: int, seq_length: int, predictions_per_row: int) -> Work:
+  """Every slot a real token, one sequence of seq_length a row."""
+  return Work(tokens=float(rows * seq_length),
+              attended=float(rows * seq_length ** 2),
+              predictions=float(rows * predictions_per_row))
+
 
 def _embedding_size(model_config) -> int:
   return int(model_config.get("embedding_size", 0) or model_config.hidden_size)
@@ -45,6 +74,24 @@ def encoder_flops_per_token(model_config, seq_length: int) -> float:
   e = _embedding_size(model_config)
   project = 6.0 * e * d if e != d else 0.0
   return 6.0 * L * (4 * d * d + 2 * d * f) + 12.0 * L * seq_length * d + project
+
+
+def dense_flops_per_token(model_config) -> float:
+  """The encoder's per-token matmuls (all but attention's QK^T and PV),
+  with the E -> d projection when the embeddings are factorized."""
+  L = model_config.num_hidden_layers
+  d = model_config.hidden_size
+  f = model_config.intermediate_size
+  e = _embedding_size(model_config)
+  project = 6.0 * e * d if e != d else 0.0
+  return 6.0 * L * (4 * d * d + 2 * d * f) + project
+
+
+def encoder_flops(model_config, work: Work) -> float:
+  """Training FLOPs of the encoder stack on `work`."""
+  attention = 12.0 * model_config.num_hidden_layers * model_config.hidden_size
+  return (work.tokens * dense_flops_per_token(model_config)
+          + attention * work.attended)
 
 
 def mlm_head_flops_per_position(model_config) -> float:
@@ -72,6 +119,17 @@ def bert_flops_per_sequence(config) -> float:
   the max_predictions_per_seq gathered positions (the default count)."""
   return train_flops_per_sequence(config.model, config.data.seq_length,
                                   config.data.max_predictions_per_seq)
+
+
+def masked_lm_flops(model_config, work: Work) -> float:
+  """An encoder and its MLM head at the predicted positions, on `work`."""
+  return (encoder_flops(model_config, work)
+          + work.predictions * mlm_head_flops_per_position(model_config))
+
+
+def bert_flops(config, work: Work) -> float:
+  """BERT's (and ALBERT's) training FLOPs on `work` (config.model)."""
+  return masked_lm_flops(config.model, work)
 
 
 def forward_flops(training_flops: float) -> float:

@@ -45,7 +45,8 @@ def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
   outputs = bert.forward(model, batch, rng, deterministic)
   return {**bert.mlm_sums(outputs["mlm_logits"], batch),
           **bert.pair_sums(outputs["nsp_logits"],
-                           batch["next_sentence_labels"])}
+                           batch["next_sentence_labels"],
+                           bert.pair_weights(batch))}
 
 
 def validate(config) -> None:
@@ -87,5 +88,5 @@ OBJECTIVE = Objective(
     # Layer sharing saves parameters, not FLOPs; BERT's count with E != H
     # adds the projection and the H -> E MLM transform (the SOP head is
     # negligible).
-    flops=flops_lib.bert_flops_per_sequence, validate=validate,
-    encoder_params=encoder_params)
+    flops=flops_lib.bert_flops, validate=validate,
+    encoder_params=encoder_params, packing=True)

@@ -103,11 +103,33 @@ def _check_data(config) -> None:
   if obj != config_lib.PACKED and model.type_vocab_size < 2:
     raise ValueError(f"data.objective={obj!r} needs model.type_vocab_size >= 2"
                      f", got {model.type_vocab_size}.")
+  _check_packing(config)
   if data.block_lines < 2:
     raise ValueError(f"data.block_lines={data.block_lines} must be >= 2.")
   if not 0.0 <= data.eval_fraction < 1.0:
     raise ValueError(f"data.eval_fraction={data.eval_fraction} must be in "
                      "[0, 1).")
+
+
+def _check_packing(config) -> None:
+  data = config.data
+  if not data.get("packing", False):
+    return
+  name = config.objective.name
+  if not objectives.get(name).packing:
+    readers = [n for n in objectives.names() if objectives.get(n).packing]
+    raise ValueError(
+        f"data.packing=True with objective.name={name!r}: packed rows are "
+        f"read by {', '.join(readers)} only; set data.packing=False.")
+  s, window = int(data.packing_max_sequences), int(data.packing_window)
+  if not 1 <= s <= data.seq_length // 2:
+    raise ValueError(
+        f"data.packing_max_sequences={s} must be in [1, data.seq_length / 2 "
+        f"= {data.seq_length // 2}] (each packed example holds at least "
+        "[CLS] and [SEP]).")
+  if window < 1:
+    raise ValueError(f"data.packing_window={window} must be >= 1 (examples "
+                     "bin-packed together; 1024 is a good start).")
 
 
 def _check_train_and_mesh(config, num_devices: int, process_count: int):
