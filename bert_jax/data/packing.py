@@ -37,7 +37,7 @@ def best_fit_decreasing(lengths: tf.Tensor, capacity: int,
 
   Returns (row [W], slot [W], offset [W], num_rows): example e goes to row
   `row[e]` as its `slot[e]`-th sequence, starting at token `offset[e]`.
-  Examples of length 0 (window padding) get row -1.
+  Examples of length 0 (window padding) get row -1 (slot and offset 0).
   """
   lengths = tf.cast(lengths, tf.int32)
   w = tf.size(lengths)
@@ -56,8 +56,8 @@ def best_fit_decreasing(lengths: tf.Tensor, capacity: int,
     real = n > 0
     one = tf.reshape(r, [1, 1])
     rows = rows.write(i, tf.where(real, r, -1))
-    slots = slots.write(i, count[r])
-    offsets = offsets.write(i, used[r])
+    slots = slots.write(i, tf.where(real, count[r], 0))
+    offsets = offsets.write(i, tf.where(real, used[r], 0))
     used = tf.tensor_scatter_nd_add(used, one, tf.reshape(
         tf.where(real, n, 0), [1]))
     count = tf.tensor_scatter_nd_add(count, one, tf.reshape(
