@@ -49,6 +49,11 @@ def pretraining_spec(data) -> dict:
   """The pretraining batch features of a `data` config group."""
   return PACKED_PRETRAINING if data.get("packing", False) else PRETRAINING
 
+
+def packed_inputs(batch) -> dict:
+  """The packed-row keyword arguments of the models (none when padded)."""
+  return {k: batch[k] for k in PACKING if k in batch}
+
 # Sequence classification / regression (fine-tuning). `example_weights` is 0
 # for the padding rows that fill the last eval batch (nothing is dropped).
 CLASSIFICATION = {
@@ -59,6 +64,19 @@ CLASSIFICATION = {
     "example_weights": ((), np.float32),
 }
 REGRESSION = dict(CLASSIFICATION, labels=((), np.float32))
+# Fine-tuning on packed rows: a label and a weight per packed example (0 in
+# an empty slot), the classifier read at each example's [CLS].
+PACKED_CLASSIFICATION = dict(
+    CLASSIFICATION, **PACKING, labels=(("S",), np.int32),
+    example_weights=(("S",), np.float32))
+PACKED_REGRESSION = dict(PACKED_CLASSIFICATION, labels=(("S",), np.float32))
+
+
+def classification_spec(regression: bool, packed: bool) -> dict:
+  """The fine-tuning batch features."""
+  if packed:
+    return PACKED_REGRESSION if regression else PACKED_CLASSIFICATION
+  return REGRESSION if regression else CLASSIFICATION
 
 
 def batch_shapes(spec: dict, batch_size: int, seq_length: int,

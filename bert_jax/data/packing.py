@@ -26,9 +26,26 @@ Used by pretraining (``pipeline.py``: NSP/SOP pairs, or document chunks with
 
 from __future__ import annotations
 
+import dataclasses
+
 import tensorflow as tf
 
 SEQUENCE_WEIGHTS = "sequence_weights"
+
+
+@dataclasses.dataclass(frozen=True)
+class PackingOptions:
+  """What packing reads from the config (``data.packing_*``)."""
+  max_sequences: int  # S: examples a row may hold.
+  window: int  # Examples bin-packed together.
+
+  @classmethod
+  def from_config(cls, data) -> "PackingOptions | None":
+    """The options of a `data` config group, None when packing is off."""
+    if not data.get("packing", False):
+      return None
+    return cls(max_sequences=int(data.packing_max_sequences),
+               window=int(data.packing_window))
 
 
 def best_fit_decreasing(lengths: tf.Tensor, capacity: int,

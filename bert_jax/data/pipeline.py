@@ -219,7 +219,8 @@ def packed_rows(ds: tf.data.Dataset, data, tok, seed: np.ndarray
                 ) -> tf.data.Dataset:
   """Unbatched examples -> unbatched packed rows (features.PACKED_PRETRAINING
   less the masking), window by window; stateless, so resumable."""
-  t, s = int(data.seq_length), int(data.packing_max_sequences)
+  options = packing.PackingOptions.from_config(data)
+  t, s = int(data.seq_length), options.max_sequences
   pad_id = 0 if tok.pad_id is None else int(tok.pad_id)
   seed_t = tf.constant(seed)
 
@@ -236,7 +237,7 @@ def packed_rows(ds: tf.data.Dataset, data, tok, seed: np.ndarray
         tf.shape(rows["input_ids"])[0])
     return rows
 
-  ds = ds.batch(int(data.packing_window)).enumerate()
+  ds = ds.batch(options.window).enumerate()
   return ds.map(_nc(pack), num_parallel_calls=AUTOTUNE,
                 deterministic=True).unbatch()
 

@@ -123,6 +123,18 @@ def resolve_config(config, source, spec, num_train: int):
 # ==============================================================================
 # Input: the task's bucketed batches, as the Trainer expects them.
 # ==============================================================================
+def _train_units(config, train_rows, tok) -> int:
+  """What train.batch_size counts in one epoch: examples, or with
+  data.packing the packed rows they fill."""
+  from bert_jax.data import packing  # TensorFlow: only when training.
+  from bert_jax.data import task_data  # TensorFlow: only when training.
+  options = packing.PackingOptions.from_config(config.data)
+  if options is None:
+    return len(train_rows)
+  return task_data.packed_rows_per_epoch(
+      train_rows, tok, seq_length=config.data.seq_length, packing=options)
+
+
 class TaskInput:
   """Train iterator (checkpointable) and per-split eval batches."""
 
@@ -130,8 +142,10 @@ class TaskInput:
     from bert_jax.data import task_data  # TensorFlow: only when training.
     proc = dict(process_index=jax.process_index(),
                 process_count=jax.process_count())
+    from bert_jax.data import packing  # TensorFlow: only when training.
     shape = dict(seq_length=config.data.seq_length,
-                 buckets=tuple(config.task.buckets))
+                 buckets=tuple(config.task.buckets),
+                 packing=packing.PackingOptions.from_config(config.data))
     self.train_iter = task_data.create_train_iterator(
         train_rows, tok, batch_size=config.train.batch_size,
         seed=config.train.seed, **shape, **proc)
@@ -180,9 +194,11 @@ class Evaluator:
         model_in = {k: local[k] for k in names}
         batch = sharding.global_batch(model_in, trainer.batch_sharding)
         with trainer.programs.context():
-          outs.append(np.asarray(jax.device_get(predict(params, batch))))
-        labels.append(_global_rows(local["labels"]))
-        weights.append(_global_rows(local["example_weights"]))
+          out = np.asarray(jax.device_get(predict(params, batch)))
+        # Packed rows: one prediction per slot ([B, S, ...] -> [B*S, ...]).
+        outs.append(out.reshape((-1, out.shape[-1])))
+        labels.append(_global_rows(local["labels"]).reshape(-1))
+        weights.append(_global_rows(local["example_weights"]).reshape(-1))
       out = np.concatenate(outs) if outs else np.zeros((0, 1), np.float32)
       y = np.concatenate(labels) if labels else np.zeros((0,))
       w = np.concatenate(weights) if weights else np.zeros((0,))
@@ -273,10 +289,11 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
                          check_sources=False)
   with workdir_lock.hold(workdir, take_over=take_over_workdir) as lock:
     spec, train_rows, eval_rows = read_task(config, workdir)
-    config = resolve_config(config, source, spec, len(train_rows))
+    tok = tokenizers.load(tok_spec.path, tok_spec.kind, tok_spec.lower_case)
+    config = resolve_config(config, source, spec,
+                            _train_units(config, train_rows, tok))
     config_checks.validate(config, jax.device_count(), jax.process_count(),
                            check_sources=False)
-    tok = tokenizers.load(tok_spec.path, tok_spec.kind, tok_spec.lower_case)
     config_checks.check_tokenizer(config, tok)
     pretrained.record_tokenizer(workdir, tok)  # What an export ships with.
     logging.info("Task %s: %d train rows, eval %s; %d steps of batch %d.",

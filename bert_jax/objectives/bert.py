@@ -32,12 +32,6 @@ def feature_spec(config):
   return features.pretraining_spec(config.data)
 
 
-def packing_inputs(batch) -> dict:
-  """The packed-row keyword arguments of the models (none when padded)."""
-  return {k: batch[k] for k in ("sequence_ids", "position_ids",
-                                "cls_positions") if k in batch}
-
-
 def mlm_sums(mlm_logits, batch) -> dict:
   """Sums of the masked-LM loss and hits over the weighted masked positions."""
   logits = mlm_logits.astype(jnp.float32)
@@ -72,7 +66,7 @@ def forward(model, batch, rng, deterministic: bool):
   rngs = None if deterministic else nnx.Rngs(dropout=rng)
   return model(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
                batch["masked_lm_positions"], deterministic=deterministic,
-               rngs=rngs, **packing_inputs(batch))
+               rngs=rngs, **features.packed_inputs(batch))
 
 
 def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
