@@ -52,8 +52,9 @@ def _latest_step(workdir: str) -> int | None:
 
 class Throughput:
   """Real tokens/s, packing efficiency and MFU over the steps since the last
-  log line, from each step's ``work`` (``steps.batch_work``): summed on the
-  device as the steps run, read once per log line.
+  log line, from each step's ``work`` (``steps.batch_work``): the steps'
+  device scalars are kept (no op, no read between log lines) and read and
+  summed once per log line.
 
   MFU counts the real work (``models/flops.py``): real tokens, each
   sequence's own attention, the real MLM positions; ``tokens_per_sec``
@@ -61,23 +62,21 @@ class Throughput:
   """
 
   def __init__(self, peak: float):
-    self.peak, self._work, self._steps = peak, None, 0
-    self._start = time.time()
+    self.peak = peak
+    self.restart()
 
   def add(self, work) -> None:
-    self._work = work if self._work is None else jax.tree.map(
-        jnp.add, self._work, work)
-    self._steps += 1
+    self._work.append(work)
 
   def restart(self) -> None:
-    self._work, self._steps, self._start = None, 0, time.time()
+    self._work, self._start = [], time.time()
 
   def read(self, config) -> dict:
     """The rates since the last read (`config`: the phase's, for FLOPs)."""
-    now = time.time()
-    seconds = max(now - self._start, 1e-9)
-    w = {k: float(v) for k, v in jax.device_get(self._work).items()}
-    steps = self._steps
+    seconds = max(time.time() - self._start, 1e-9)
+    steps = jax.device_get(self._work)
+    w = {k: float(sum(np.float64(s[k]) for s in steps)) for k in steps[0]}
+    steps = len(steps)
     self.restart()
     flops = objectives.train_flops_per_step(config, flops_lib.Work(
         tokens=w["tokens"], attended=w["attended"],
