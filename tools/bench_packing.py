@@ -132,6 +132,7 @@ def benchmark(config, seq_lengths, predictions_per_token: float,
               workdir: str) -> dict:
   import jax
 
+  from bert_jax import config_lib
   from bert_jax.data import tokenizers
   from bert_jax.training import utilization
   tok = tokenizers.load_tokenizer(config.data, workdir)
@@ -156,7 +157,7 @@ def benchmark(config, seq_lengths, predictions_per_token: float,
   return dict(
       model=f"{m.num_hidden_layers}x{m.hidden_size} ({m.num_attention_heads} "
       f"heads, vocab {m.vocab_size}, {m.attention_impl})", dtype=m.dtype,
-      objective=f"{config.objective.name}/{d.objective or ('nsp' if d.nsp else 'packed')}",
+      objective=f"{config.objective.name}/{config_lib.sentence_objective(d)}",
       data=d.sources or d.train_files or "demo corpus",
       batch_size=config.train.batch_size,
       packing_max_sequences=d.packing_max_sequences,

@@ -7,10 +7,12 @@
   tokenizers.py     in-graph SentencePiece / WordPiece; trained and cached
   examples.py       NSP / SOP pairs and packed sequences from blocks of lines
   masking.py        MLM masking inside the tf.data graph (stateless, resumable)
+  packing.py        several examples per row: best-fit decreasing in windows
   pipeline.py       assembles the pretraining tf.data pipeline
   iterator.py       per-host batches with a saveable state and data counters
   task_sources.py   downstream tasks: GLUE (TFDS) and the user's CSV/TSV/JSONL
   task_data.py      downstream batches: [CLS] A [SEP] B [SEP], length buckets
+                    or packed rows
 
 May import: ``config_lib`` and ``models``. Never training, downstream or an
 entry point.

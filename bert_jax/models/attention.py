@@ -30,9 +30,10 @@ it to every layer::
   padding attends padding, so no query is ever left without a key) or
   ``kv_ids[j] != 0`` (padded rows); with ``window=(left, right)`` also
   ``i - left <= j <= i + right`` (and a padded row's padding then attends
-  padding, as in a packed row, so that no window is empty). Inside one packed sequence the token index
-  and the position id differ by a constant, so this is the window in
-  positions too (ModernBERT's local layers: ``(64, 64)``).
+  padding, as in a packed row, so that no window is empty). Inside one
+  packed sequence the token index and the position id differ by a
+  constant, so this is the window in positions too (ModernBERT's local
+  layers: ``(64, 64)``).
 * :func:`bias` ``(mask, window=None)``: the same as an additive float32 bias
   (0 or :data:`MASK_BIAS`, finite in every dtype).
 * :func:`attend`: softmax(q k^T / sqrt(D) + mask) v by kind. "xla" adds the
