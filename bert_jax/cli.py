@@ -8,18 +8,32 @@ override errors turned into one line, and runs a job so that an error the
 user can fix is one `error: ...` line (the traceback behind --verbose).
 """
 
+import functools
+import importlib.util
 import os
 import re
+import signal
 import sys
 import tempfile
 import traceback
 
-import jax
+# TensorFlow (the input pipeline, on the host CPU) looks for CUDA when it
+# starts and logs "failed call to cuInit: ... CUDA error" on every machine
+# without an NVIDIA driver; JAX, not TensorFlow, drives the accelerators.
+# Its C++ log shows FATAL only unless the user chose a level, or --verbose.
+# Set before jax is imported (it sets a default of its own) and before
+# TensorFlow (which reads the level once).
+if not any(a in ("--verbose", "--verbose=true", "--verbose=True")
+           for a in sys.argv):
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
+from bert_jax.checkpoints import reading as checkpoint_reading
 from bert_jax.checkpoints import workdir_lock
 
 config_flags.DEFINE_config_file(
@@ -32,8 +46,10 @@ flags.DEFINE_string("coordinator_address", None, "host:port of process 0.")
 flags.DEFINE_integer("num_processes", None, "Total number of processes.")
 flags.DEFINE_integer("process_id", None, "Index of this process.")
 flags.DEFINE_bool("take_over_workdir", False,
-                  "Take over a workdir whose lock is held by a run on another "
-                  "host that cannot be checked (use only if that run is dead).")
+                  "Take over a gs:// (object-store) workdir whose lock names "
+                  "a run on another host that cannot be checked (use only if "
+                  "that run is dead). A local or NFS workdir needs none: a "
+                  "dead run's lock is free, a live run's is never taken.")
 flags.DEFINE_bool("verbose", False,
                   "Print full tracebacks instead of one-line errors.")
 flags.mark_flags_as_required(["config", "workdir"])
@@ -75,8 +91,38 @@ def initialize_distributed() -> None:
                jax.local_device_count(), jax.device_count())
 
 
+# Libraries whose INFO records are theirs, not the run's: Orbax's per-save
+# lines, JAX's "Unable to initialize backend 'tpu'", TensorFlow's saver.
+# Known by the file that logs (most log through absl's logger): under the
+# directory the package is installed in.
+_LIBRARIES = ("orbax", "jax", "jaxlib", "tensorflow")
+
+
+@functools.lru_cache(maxsize=1)
+def _library_dirs() -> tuple[str, ...]:
+  dirs = []
+  for name in _LIBRARIES:
+    try:
+      spec = importlib.util.find_spec(name)  # Finds; imports nothing.
+    except (ImportError, ValueError):
+      continue
+    for d in (spec.submodule_search_locations or []) if spec else []:
+      dirs.append(os.path.join(os.path.realpath(d), ""))
+  return tuple(dirs)
+
+
+def _from_library(record) -> bool:
+  return _in_library(record.pathname)
+
+
+@functools.lru_cache(maxsize=1024)
+def _in_library(path: str) -> bool:
+  return os.path.realpath(path).startswith(_library_dirs())
+
+
 class _QuietLibraries:
-  """Drop INFO chatter of Orbax and absl internals; keep their warnings.
+  """Drop the INFO chatter of Orbax, JAX and TensorFlow; keep their warnings
+  (everything with --verbose).
 
   A failed save makes Orbax log the same error with a traceback from each of
   its threads; the run stops with one sentence about it (CheckpointSaveError),
@@ -84,14 +130,15 @@ class _QuietLibraries:
   """
 
   def filter(self, record) -> bool:
-    if (record.name == "asyncio" and not FLAGS.verbose and
-        "/orbax/" in record.getMessage()):
+    if FLAGS.verbose:
+      return True
+    if record.name == "asyncio" and "/orbax/" in record.getMessage():
       return False  # "Task exception was never retrieved" of a failed save.
-    if "/orbax/" not in record.pathname:
+    if not _from_library(record):
       return True
     if record.levelno < 30:
       return False
-    if record.exc_info and not FLAGS.verbose:
+    if record.exc_info:
       record.exc_info, record.exc_text = None, None
       record.msg, record.args = _first_line(record.getMessage())[:300], ()
     return True
@@ -195,6 +242,11 @@ def parse_flags(argv):
     getattr(FLAGS.config, "to_dict")  # Raises here if the file did not load.
   except OSError:
     _fail(_config_load_error(argv), argv)
+  try:  # file:///dir -> /dir: one path form for the lock, Orbax and TF.
+    if FLAGS.workdir:
+      FLAGS.workdir = checkpoint_reading.local_path(FLAGS.workdir)
+  except ValueError as e:
+    _fail(f"--workdir: {e}", argv)
   return rest
 
 
@@ -225,20 +277,76 @@ def setup() -> None:
   initialize_distributed()
 
 
+# Exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
+INTERRUPTED_EXIT = 130
+
+
+def _interrupted_by_user(e: BaseException) -> bool:
+  """KeyboardInterrupt, or an error raised while one unwound (a library's
+  cleanup that failed because the interrupt cut it short)."""
+  seen = set()
+  while e is not None and id(e) not in seen:
+    if isinstance(e, KeyboardInterrupt):
+      return True
+    seen.add(id(e))
+    e = e.__context__
+  return False
+
+
+def _interrupted():
+  """Ctrl-C that stops the run at once (a second one during training, or the
+  first before training started): one line naming the checkpoint a rerun
+  resumes from, exit 130. The job's cleanup (waiting for a save in flight,
+  the workdir lock) has run by now."""
+  if FLAGS.is_parsed() and FLAGS.verbose:
+    raise  # pylint: disable=misplaced-bare-raise
+  signal.signal(signal.SIGINT, signal.SIG_IGN)  # Exiting now: no more of it.
+  kept = "no checkpoint was saved"
+  try:
+    steps = checkpoint_reading.committed_steps(FLAGS.workdir)
+    if steps:
+      kept = f"the newest checkpoint is step {steps[-1]}"
+  except Exception:  # pylint: disable=broad-except
+    pass  # No workdir yet, or a tool without one.
+  logging.error("Interrupted (Ctrl-C): stopped at once.")
+  print(f"error: Interrupted (Ctrl-C): stopped at once, without saving; "
+        f"{kept}. Run the same command to resume.", file=sys.stderr)
+  sys.exit(INTERRUPTED_EXIT)
+
+
 def call(job):
-  """Run `job()`; user-fixable errors become one line and exit 1."""
+  """Run `job()`; user-fixable errors become one line and exit 1, Ctrl-C
+  one line and exit 130."""
   try:
     return job()
+  except KeyboardInterrupt:
+    _interrupted()
   except (ValueError, OSError, FloatingPointError,
           workdir_lock.WorkdirInUseError) as e:
+    if _interrupted_by_user(e):
+      _interrupted()
     if FLAGS.verbose:
       raise
     logging.error("%s", e)
     print(f"error: {e}", file=sys.stderr)
     sys.exit(1)
   except Exception as e:  # pylint: disable=broad-except
+    if _interrupted_by_user(e):
+      _interrupted()
     _unexpected(e)
 
 
+def _exit_at_once(signum, frame):
+  """SIGINT once the job has returned: nothing is left to save, so the
+  interpreter's teardown is not interrupted into a traceback."""
+  del signum, frame
+  os._exit(INTERRUPTED_EXIT)  # pylint: disable=protected-access
+
+
 def run(main):
-  app.run(main, flags_parser=parse_flags)
+  try:
+    app.run(main, flags_parser=parse_flags)
+  except KeyboardInterrupt:  # Outside `call`: flag parsing, the last print.
+    _interrupted()
+  finally:
+    signal.signal(signal.SIGINT, _exit_at_once)

@@ -55,6 +55,11 @@ def model_config(size: str = "base") -> ml_collections.ConfigDict:
       initializer_range=0.02,
       layer_norm_eps=1e-12,
       num_labels=2,  # Fine-tuning heads only (1 = regression).
+      # The pooler's activation on [CLS]: "tanh" (BERT, ALBERT); a
+      # classifier fine-tuned from ELECTRA has "gelu" (HF's
+      # ElectraClassificationHead), from DistilBERT "relu" (its
+      # pre_classifier), so that it exports to that family's class exactly.
+      pooler_act="tanh",
       # Compute dtype of activations and matmul inputs; params stay float32.
       dtype="float32",
       # Speed options (README "Performance" has their measured effect).
@@ -72,6 +77,17 @@ def model_config(size: str = "base") -> ml_collections.ConfigDict:
       fused_qkv=False,
       # Per-block rematerialization: "none", "full", "dots", "dots_no_batch".
       remat_policy="none",
+      # ModernBERT (objective.name="modernbert"; HF ModernBertConfig names):
+      # the sliding window in tokens (half on each side: a query sees keys
+      # at most local_attention // 2 away), full attention at layers 0, n,
+      # 2n, ... (n = global_attn_every_n_layers), rotary bases of the global
+      # and the sliding-window layers, and a classifier's pooling ("cls" or
+      # "mean" over real tokens).
+      local_attention=128,
+      global_attn_every_n_layers=3,
+      global_rope_theta=160_000.0,
+      local_rope_theta=10_000.0,
+      classifier_pooling="cls",
   ))
 
 
@@ -80,9 +96,12 @@ def data_config() -> ml_collections.ConfigDict:
 
   A source is ``[text:]GLOB`` (text files in google-research/bert layout: one
   sentence per line, blank line between documents; any ``tf.io.gfile`` path,
-  e.g. ``gs://bucket/wiki/*.txt``) or ``tfds:NAME[:SPLIT]`` (a prepared TFDS
-  dataset under ``tfds_data_dir``, text in feature ``tfds_text_key``), with
-  an optional mixing weight ``@W``. Several sources are separated by ``;``.
+  e.g. ``gs://bucket/wiki/*.txt``), ``jsonl:GLOB`` or ``parquet:GLOB``
+  (records, one document each, its text in field ``text_field``; prepared
+  once into text files under ``prepared_dir``) or ``tfds:NAME[:SPLIT]`` (a
+  prepared TFDS dataset under ``tfds_data_dir``, text in feature
+  ``tfds_text_key``), with an optional mixing weight ``@W``. Several sources
+  are separated by ``;``.
   """
   return ml_collections.ConfigDict(dict(
       # Training sources, e.g. "gs://b/wiki/*.txt@0.7;tfds:wikipedia/20230601.en:train@0.3".
@@ -99,6 +118,14 @@ def data_config() -> ml_collections.ConfigDict:
       eval_fraction=0.05,
       tfds_data_dir="",  # data_dir for tfds sources ("" = TFDS default).
       tfds_text_key="text",
+      # jsonl: / parquet: sources: the field (column) holding a record's
+      # text, one document per record, split into sentences at newlines and
+      # sentence ends.
+      text_field="text",
+      # Where their text files are prepared (converted once, reused by
+      # reruns and by other runs given the same dir, e.g. gs://b/prepared);
+      # "" = WORKDIR/prepared.
+      prepared_dir="",
       # Tokenizer: "sentencepiece" (a .model file) or "wordpiece" (vocab.txt).
       tokenizer_type="sentencepiece",
       tokenizer_path="",  # Empty: train one on the corpus, cached in workdir.
@@ -178,6 +205,10 @@ def objective_config() -> ml_collections.ConfigDict:
       generator_temperature=1.0,  # Of the generator's sampling softmax.
       gen_weight=1.0,  # MLM (generator) loss weight.
       disc_weight=50.0,  # Replaced-token-detection loss weight.
+      # classify: the pretraining objective whose encoder is fine-tuned
+      # (set by fine-tuning from train.init_from): the classifier's head and
+      # Hugging Face class follow it (bert_jax/hf/classify.py).
+      encoder="bert",
   ))
 
 
@@ -191,8 +222,16 @@ def train_config() -> ml_collections.ConfigDict:
       adam_b1=0.9,
       adam_b2=0.999,
       adam_eps=1e-6,
-      max_grad_norm=1.0,
-      optimizer="adamw",  # or "lamb"
+      max_grad_norm=1.0,  # Global-norm clipping (not stable_adamw's).
+      # "adamw", "lamb", or "stable_adamw": AdamW with per-tensor update
+      # clipping (Wortsman et al. 2023) instead of global-norm clipping.
+      optimizer="adamw",
+      # Learning-rate shape: "linear" (warmup, then linear decay to 0 at the
+      # end) or "wsd" (warmup, constant, then decay to 0 over the last
+      # decay_steps, linearly or with decay_shape "1-sqrt").
+      schedule="linear",
+      decay_steps=0,
+      decay_shape="linear",
       grad_accum_steps=1,
       log_every=10,
       eval_every=100,
@@ -292,13 +331,16 @@ def get_config(size: str = "base") -> ml_collections.ConfigDict:
 def complete(partial, size: str = "base") -> ml_collections.ConfigDict:
   """A full config: the defaults overlaid with `partial` (a dict or
   ConfigDict, e.g. an older checkpoint's stored config). Groups or fields
-  missing from `partial` take today's defaults."""
+  missing from `partial` take today's defaults; groups the defaults lack
+  (a fine-tuning run's ``task``) are kept as stored."""
   config = get_config(size)
   as_dict = lambda x: x.to_dict() if hasattr(x, "to_dict") else x
   partial = as_dict(partial) or {}
   for group, fields in partial.items():
     fields = as_dict(fields)
-    if group in config and isinstance(fields, dict):
+    if group not in config:
+      config[group] = fields
+    elif isinstance(fields, dict):
       for key, value in fields.items():
         config[group][key] = value
   objective = as_dict(partial.get("objective")) or {}
@@ -309,6 +351,31 @@ def complete(partial, size: str = "base") -> ml_collections.ConfigDict:
     config.objective.generator_temperature = objective["temperature"]
     config.objective.temperature = objective_config().temperature
   return config
+
+
+# Model fields a phase of train.phases may change (its "model" entry): they
+# change the function, not the parameters, so the train state carries over
+# (e.g. a context-extension phase with a larger global RoPE base).
+PHASE_MODEL_FIELDS = ("global_rope_theta", "local_rope_theta",
+                      "local_attention", "attention_impl", "remat_policy")
+
+
+def phase_model_overrides(config, step: int | None) -> dict:
+  """The "model" entry of the train.phases phase that ran step index
+  `step` - 1 (the phase a checkpoint at `step` was saved in; None: the
+  last phase). {} for runs without phases or overrides."""
+  train = config.get("train", None) if config is not None else None
+  phases = list((train or {}).get("phases", None) or ())
+  as_dict = lambda x: dict(x.to_dict() if hasattr(x, "to_dict") else x)
+  start = 0
+  for i, spec in enumerate(phases):
+    spec = as_dict(spec)
+    start += int(spec.get("num_steps", 0))
+    if step is None and i < len(phases) - 1:
+      continue
+    if step is None or max(int(step) - 1, 0) < start or i == len(phases) - 1:
+      return as_dict(spec.get("model", None) or {})
+  return {}
 
 
 def complete_model(partial) -> ml_collections.ConfigDict:

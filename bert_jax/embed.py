@@ -8,16 +8,15 @@
 does: 0 is the embeddings output, 1..L the blocks, -1 the last block.
 "cls" takes the layer's vector at [CLS] (not the NSP pooler: that one is
 untrained in runs without NSP); "mean" averages the real tokens only.
-Sentences are sorted by length and padded to a few static lengths (32, 64,
-128, ... up to the model's max_position_embeddings), so XLA compiles once per
-length in use, never per batch.
+Sentences are sorted by length (within chunks of a few thousand lines) and
+padded to a few static lengths (32, 64, 128, ... up to the model's
+max_position_embeddings), so XLA compiles once per length in use, never per
+batch. The outputs are streamed: memory does not grow with the input.
 """
 
 import argparse
 import os
 import sys
-
-import numpy as np
 
 from bert_jax.downstream import embeddings
 from bert_jax.hf import mapping
@@ -46,28 +45,26 @@ def main(argv: list[str] | None = None) -> int:
                       "max_position_embeddings).")
   args = parser.parse_args(argv)
   try:
-    sentences = embeddings.read_lines(args.input)
+    embeddings.check_input(args.input)
     loaded = embeddings.load_model(args.model, args.step)
     max_length = embeddings.check_max_length(args.max_length, loaded.model_config)
-    model = mapping.make_model(loaded.params, loaded.model_config)
-    result = embeddings.embed(model, loaded.tokenizer, sentences, pooling=args.pooling,
-                   layer=args.layer, batch_size=args.batch_size,
-                   max_length=max_length, per_token=bool(args.per_token))
-    vectors, per_token = result if args.per_token else (result, None)
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    np.save(args.output, vectors)
-    if per_token is not None:
-      embeddings.save_per_token(args.per_token, per_token)
+    model = mapping.make_model(loaded.params, loaded.model_config,
+                               family=loaded.family)
+    for path in filter(None, (args.output, args.per_token)):
+      os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    rows, hidden, tokens = embeddings.write_embeddings(
+        model, loaded.tokenizer, args.input, args.output, args.per_token,
+        pooling=args.pooling, layer=args.layer, batch_size=args.batch_size,
+        max_length=max_length)
   except (OSError, ValueError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 1
   n_layers = int(loaded.model_config.num_hidden_layers)
   layer = embeddings.resolve_layer(args.layer, n_layers)
-  print(f"Wrote {args.output}: {vectors.shape[0]} x {vectors.shape[1]} float32 "
+  print(f"Wrote {args.output}: {rows} x {hidden} float32 "
         f"({args.pooling} pooling, hidden state {layer} of 0..{n_layers}).")
-  if per_token is not None:
-    print(f"Wrote {args.per_token}: "
-          f"{sum(len(t.tokens) for t in per_token)} token vectors.")
+  if args.per_token:
+    print(f"Wrote {args.per_token}: {tokens} token vectors.")
   return 0
 
 

@@ -1,11 +1,16 @@
-"""Export a run (pretraining or fine-tuning) as a Hugging Face directory.
+"""Export a run (pretraining or fine-tuning) as Hugging Face directories.
 
-The run's stored config decides the class: its objective picks the family
-table (``hf.mapping.for_objective``: ``bert`` -> BertForPreTraining,
-``classify`` -> BertForSequenceClassification), so nothing here branches on
-the objective. A fine-tuned classifier gets its label names from the run
-(``results.json``, else ``label_map.json``, else the GLUE task's names) as
-``id2label`` / ``label2id``. No mesh, no TensorFlow for local workdirs.
+The run's objective (``pretrained.Source.objective``) says which models its
+params are (``objectives.hf_models``: BERT one BertForPreTraining, a
+fine-tuned classifier its encoder family's sequence-classification class,
+ALBERT AlbertForPreTraining, DistilBERT its student, ELECTRA
+discriminator/ and generator/), and each is written by the one writer,
+``checkpoint_io.save_hf_model`` (vocabulary rows past the tokenizer left
+out), so nothing here branches on the objective. A fine-tuned classifier
+gets its label names from the run (its ``task.label_names``, else
+``results.json``, else ``label_map.json``, else the GLUE task's names) as
+``id2label`` / ``label2id``; heads a run did not train are flagged. No
+mesh, no TensorFlow for local workdirs.
 
   from bert_jax import export
   export.export_run(WORKDIR, OUT)          # or tools/convert_to_hf.py
@@ -21,7 +26,6 @@ from bert_jax import objectives
 from bert_jax import pretrained
 from bert_jax.data import task_sources
 from bert_jax.hf import checkpoint_io
-from bert_jax.hf import electra
 from bert_jax.hf import mapping
 
 RESULTS_FILE = "results.json"  # finetune.RESULTS_FILE (no TF import here).
@@ -30,7 +34,11 @@ LABEL_MAP_FILE = "label_map.json"  # task_sources.LABEL_MAP_FILE.
 
 def run_label_names(source: pretrained.Source) -> tuple[str, ...]:
   """Class names in id order of a fine-tuning run, () when it has none
-  (regression, or not a fine-tuning run)."""
+  (regression, or not a fine-tuning run): its task.label_names, else the
+  results' or the label map's, else the GLUE task's."""
+  task = (source.config or {}).get("task") or {}
+  if task.get("label_names"):
+    return tuple(task["label_names"])
   if source.workdir:
     text = pretrained.read_text(os.path.join(source.workdir, RESULTS_FILE))
     if text is not None and json.loads(text).get("label_names"):
@@ -39,51 +47,54 @@ def run_label_names(source: pretrained.Source) -> tuple[str, ...]:
     if text is not None:
       label2id = json.loads(text)["label2id"]
       return tuple(sorted(label2id, key=label2id.get))
-  task = (source.config or {}).get("task") or {}
   name = task.get("name", "")
   if name.startswith("glue/"):
     return task_sources.glue_task(name).label_names
   return ()
 
 
+def untrained_heads(config, family: str) -> tuple[str, ...]:
+  """HF prefixes of heads of `family` that a run with `config` left at their
+  random init: the sentence-pair heads when it trained no NSP / SOP."""
+  if config_lib.sentence_objective(config.data) != config_lib.PACKED:
+    return ()
+  return mapping.get(family).sentence_heads
+
+
+def write_hf_models(output: str, params, config, *, tokenizer=None,
+                    source: str = "", label_names=()) -> list[str]:
+  """Writes the Hugging Face models of a run of `config` (complete) holding
+  `params` under `output`; returns the files written, relative to it.
+
+  `tokenizer`: a ``tokenizer_files.TokenizerSpec`` (tokenizer files and the
+  pad id in each model), `source`: recorded in config.json, `label_names`:
+  a classifier's class names.
+  """
+  written = []
+  for model in objectives.hf_models(config, params):
+    files = checkpoint_io.save_hf_model(
+        os.path.join(output, model.subdir), model.params, model.model_config,
+        family=model.family, tokenizer=tokenizer,
+        untrained_heads=untrained_heads(config, model.family),
+        label_names=label_names, source=source)
+    written += [os.path.join(model.subdir, f) for f in files]
+  return written
+
+
 def export_run(path: str, output: str, step: int | None = None) -> list[str]:
-  """Writes `output` (config.json, model.safetensors, tokenizer files) for
-  the run or checkpoint at `path`; returns the files written."""
+  """Writes `output` (config.json, model.safetensors, tokenizer files; one
+  directory per model of the run) for the run or checkpoint at `path`;
+  returns the files written."""
   source = pretrained.resolve(path, step)
-  model_config = pretrained.load_model_config(source)
-  params, _ = pretrained.load_params(source, model_config)
+  params, _ = pretrained.load_params(source)
   where = source.workdir or source.path
-  objective = ((source.config or {}).get("objective") or {}).get("name")
-  if objective in _PAIR_WRITERS:  # Two HF models from one run (ELECTRA).
-    return _PAIR_WRITERS[objective](
-        output, params, source.config,
-        tokenizer=pretrained.tokenizer_spec(source),
-        source=f"{where} step {source.step}")
-  hook = objectives.get(objective).hf_export if objective else None
-  if hook is not None:  # A family of its own (ALBERT, DistilBERT student).
-    family, model_config = hook(config_lib.complete(source.config))
-    return checkpoint_io.save_hf_model(
-        output, params, model_config, family=family,
-        tokenizer=pretrained.tokenizer_spec(source), untrained_heads=(),
-        source=f"{where} step {source.step}")
-  return checkpoint_io.save_hf_model(
-      output, params, model_config,
-      family=source.family or pretrained.run_family(source.config),
+  return write_hf_models(
+      output, params, source.config,
       tokenizer=pretrained.tokenizer_spec(source),
-      untrained_heads=pretrained.untrained_heads(source.config),
       label_names=run_label_names(source),
-      source=f"{where} step {source.step}" if source.step is not None
-      else where)
-
-
-def _electra_pair(*args, **kwargs):
-  return electra.save_pretrained(*args, **kwargs)
-
-
-# Objectives whose run is exported as several HF directories.
-_PAIR_WRITERS = {"electra": _electra_pair}
+      source=where if source.step is None else f"{where} step {source.step}")
 
 
 def architecture(objective: str) -> str:
-  """The Hugging Face class a run of `objective` exports as."""
+  """The Hugging Face class a run of `objective` exports as by default."""
   return mapping.for_objective(objective).export_architecture

@@ -5,8 +5,8 @@
 
 --model is a training workdir (latest checkpoint, or --step; an ELECTRA
 run fills with its generator), an ELECTRA export (discriminator/ +
-generator/), a Hugging Face BERT, ALBERT or DistilBERT directory (ours
-from tools/convert_to_hf.py, or anyone's), a Google TF
+generator/), a Hugging Face BERT, ALBERT, DistilBERT or ModernBERT
+directory (ours from tools/convert_to_hf.py, or anyone's), a Google TF
 checkpoint directory, or a tools/convert_from_hf.py output. The model runs in
 JAX (float32); tokenization uses the `tokenizers` library with the same
 tokenizer.json an export writes, so no TensorFlow and no torch are imported.

@@ -12,6 +12,8 @@ the pretraining `Trainer` (same mesh, sharding rules, optimizer, Orbax
 checkpoints and exact resume) with the `classify` objective and the task's
 bucketed batches; evaluation runs over every validation example and writes
 the task's official metrics to `OUT/results.json`, TensorBoard and a table.
+A run stopped by SIGTERM (or Ctrl-C) commits a checkpoint and exits 0 with
+no results.json, as a preempted pretraining run does: rerun to finish.
 
 `--sweep_learning_rates=2e-5,3e-5,5e-5 --sweep_seeds=0,1,2` runs one
 fine-tuning per pair under OUT/lr<lr>-seed<seed>/ and reports, per task, the
@@ -36,10 +38,13 @@ def main(argv):
     lrs = [float(x) for x in FLAGS.sweep_learning_rates] or [
         config.train.learning_rate]
     seeds = [int(x) for x in FLAGS.sweep_seeds] or [config.train.seed]
-    cli.call(lambda: finetuning.sweep(config, workdir, lrs, seeds))
+    result = cli.call(lambda: finetuning.sweep(config, workdir, lrs, seeds))
   else:
-    cli.call(lambda: finetuning.run(config, workdir,
-                                    take_over_workdir=FLAGS.take_over_workdir))
+    result = cli.call(lambda: finetuning.run(
+        config, workdir, take_over_workdir=FLAGS.take_over_workdir))
+  if "preempted_at_step" in result:  # SIGTERM: as a preempted pretraining.
+    print(f"preempted at step {result['preempted_at_step']}: checkpoint "
+          "saved, no results yet; run the same command to resume.")
 
 
 if __name__ == "__main__":

@@ -13,9 +13,17 @@ the converters, fine-tuning) asks. Kinds of path:
              ELECTRA tree (both networks)
 
   source = pretrained.resolve(path, step=None)
+  source.objective      # "bert", "electra", ...: decided here, only here
   model_config = pretrained.load_model_config(source)
   params, report = pretrained.load_params(source, model_config)
   spec = pretrained.tokenizer_spec(source)
+
+Provenance: the objective that trained the params and the completed run
+config they belong to (:class:`Source`), read from a run's stored config or
+implied by a Hugging Face directory's config.json (its family table names
+the objective, ``hf.mapping.Family.objectives``). What an objective makes of
+them (its Hugging Face models, the encoder fine-tuning wraps, the masked LM
+fill-mask runs) is ``bert_jax.objectives``'.
 
 A workdir's tokenizer is the one its run recorded (:func:`record_tokenizer`,
 ``WORKDIR/tokenizer/record.json``); workdirs written before the record existed
@@ -41,9 +49,10 @@ from bert_jax import config_lib
 from bert_jax.checkpoints import reading as checkpoint_reading
 from bert_jax.hf import checkpoint_io
 from bert_jax.hf import electra
+from bert_jax.hf import importing
 from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
-from bert_jax.models import electra as electra_model
+from bert_jax.hf import vocab
 
 WORKDIR, STEP, IMPORTED, HF, TF = "workdir", "step", "imported", "hf", "tf"
 ELECTRA = "electra"
@@ -52,14 +61,33 @@ TOKENIZER_RECORD = os.path.join("tokenizer", "record.json")
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-  """A resolved path: its kind and what was read to decide it."""
-  kind: str  # WORKDIR, STEP, IMPORTED, HF or TF
+  """A resolved path: its kind, what was read to decide it, and its
+  provenance: the run config its params belong to, so its objective."""
+  kind: str  # WORKDIR, STEP, IMPORTED, HF, TF or ELECTRA
   path: str  # the path as resolved (absolute for local paths)
   step: int | None = None  # checkpoint step (workdir / step kinds)
   step_dir: str = ""  # checkpoints/<step> (workdir / step kinds)
   workdir: str = ""  # the run's workdir (workdir / step kinds)
-  config: Any = None  # the stored run config (ConfigDict) when there is one
-  family: str = "bert"  # hf.mapping table; "" for a run with none
+  # The run config of the params, completed (``config_lib.complete``: today's
+  # defaults for what older runs lack; an older ELECTRA run's
+  # objective.temperature read as generator_temperature). A run's stored
+  # config; for the other kinds the one their files imply (model from
+  # config.json, objective from the family table). None only when the path
+  # stores no model config (a weights file without config.json).
+  config: Any = None
+  # The hf.mapping table that reads the weights (HF and TF kinds); "" for
+  # our own formats (workdir, step, imported) and ELECTRA pairs (hf.electra
+  # reads both halves).
+  family: str = ""
+
+  @property
+  def objective(self) -> str:
+    """The objective (``bert_jax.objectives`` name) that trained the
+    params; runs older than ``config.objective`` (and a bare weights file)
+    have the default, BERT."""
+    config = self.config if self.config is not None else config_lib.complete(
+        {})
+    return config.objective.name
 
 
 def _abs(path: str) -> str:
@@ -79,8 +107,45 @@ def _is_ours(path: str) -> bool:
           (p.name.isdigit() and (p / "state").is_dir()))
 
 
+def _run_config(objective: str, model_config, fields=None):
+  """The completed run config of params of `objective` with `model_config`
+  (and the objective's own `fields`, e.g. an ELECTRA generator's size)."""
+  return config_lib.complete({"objective": dict(fields or {}, name=objective),
+                              "model": model_config.to_dict()})
+
+
+def _hf_run_config(path: str, hf_config, fam: mapping.Family) -> Any:
+  """The run config an HF directory / TF checkpoint of family `fam`
+  implies, or None without a config.json: the objective its table names,
+  the model config.json describes."""
+  if hf_config is None:
+    return None
+  if not fam.objectives:
+    raise ValueError(
+        f"{path} is one Hugging Face {fam.default_architecture} ({fam.name}),"
+        " half of an ELECTRA pair: give the directory holding its "
+        "discriminator/ and generator/.")
+  model_config = checkpoint_io.model_config_from_hf_config(hf_config)
+  fields = fam.objective_fields(model_config) if fam.objective_fields else {}
+  return _run_config(fam.objectives[0], model_config, fields)
+
+
+def _check_model_type(path: str, hf_config) -> None:
+  """ValueError naming what a Hugging Face directory of another kind of
+  model (GPT-2, T5, ...) is, before anything looks for BERT's files."""
+  model_type = (hf_config or {}).get("model_type", "bert")
+  known = sorted({f.model_type for f in mapping.families().values()})
+  if model_type not in known:
+    arch = ", ".join((hf_config or {}).get("architectures") or ()) or "?"
+    raise ValueError(
+        f"{path} is a Hugging Face {model_type!r} model ({arch}), not an "
+        f"encoder bert_jax reads (model_type {', '.join(map(repr, known))}: "
+        "BERT, ALBERT, DistilBERT, ELECTRA).")
+
+
 def resolve(path: str, step: int | None = None) -> Source:
-  """Decides what `path` is; FileNotFoundError naming it when it is nothing.
+  """Decides what `path` is, and its provenance; FileNotFoundError naming
+  it when it is nothing.
 
   `step` selects a checkpoint of a workdir (default: the latest committed).
   """
@@ -101,29 +166,36 @@ def resolve(path: str, step: int | None = None) -> Source:
           "the workdir of a run that saved one.") from e
     workdir = os.path.dirname(os.path.dirname(step_dir))
     kind = STEP if os.path.basename(path).isdigit() else WORKDIR
-    config = ml_collections.ConfigDict(
-        checkpoint_reading.stored_config(step_dir) or {})
-    return Source(kind, path, chosen, step_dir, workdir, config,
-                  family=run_family(config, strict=False))
+    stored = checkpoint_reading.stored_config(step_dir) or {}
+    config = config_lib.complete(stored) if "model" in stored else None
+    if config is not None:
+      # The phase the checkpoint was saved in may have changed the model's
+      # function (context extension's RoPE base): that is the trained model.
+      config.model.update(config_lib.phase_model_overrides(config, chosen))
+    return Source(kind, path, chosen, step_dir, workdir, config)
   if step is not None:
     raise ValueError(f"{path} is not a training workdir: --step={step} "
                      "applies only to workdirs.")
   if os.path.isfile(os.path.join(path, checkpoint_io.IMPORTED_PARAMS)):
-    config = ml_collections.ConfigDict(
-        checkpoint_io.read_imported_config(path))
-    return Source(IMPORTED, path, config=config)
-  if all(os.path.isfile(os.path.join(path, net, "config.json"))
-         for net in ("discriminator", "generator")):
-    _, config = electra.read_pair_config(path)
-    return Source(ELECTRA, path, config=config, family="electra")
+    return Source(IMPORTED, path, config=config_lib.complete(
+        checkpoint_io.read_imported_config(path)))
+  if electra.is_pair(path):
+    return Source(ELECTRA, path,
+                  config=_run_config("electra", *electra.read_pair_config(
+                      path)))
   hf_config = checkpoint_io.read_hf_config(path)
-  family = mapping.for_hf_config(hf_config).name
+  _check_model_type(path, hf_config)
+  fam = mapping.for_hf_config(hf_config)
+  kind = None
   if path.endswith((".safetensors", ".bin")) and os.path.isfile(path) or (
       hf_config is not None and any(os.path.exists(os.path.join(path, f))
                                     for f in checkpoint_io.HF_WEIGHT_FILES)):
-    return Source(HF, path, family=family)
-  if checkpoint_io.find_tf_checkpoint(path) is not None:
-    return Source(TF, path, family=family)
+    kind = HF
+  elif checkpoint_io.find_tf_checkpoint(path) is not None:
+    kind = TF
+  if kind is not None:
+    return Source(kind, path, config=_hf_run_config(path, hf_config, fam),
+                  family=fam.name)
   raise FileNotFoundError(
       f"{path} is none of: a training workdir (checkpoints/), a checkpoint "
       f"step directory, a tools/convert_from_hf.py output "
@@ -132,38 +204,35 @@ def resolve(path: str, step: int | None = None) -> Source:
       "checkpoint (*.index).")
 
 
-def run_family(config, strict: bool = True) -> str:
-  """The HF family table of a run's params, from its objective (runs older
-  than ``config.objective`` trained BERT). An objective with no table
-  raises ValueError, or gives "" when not `strict`."""
-  objective = (config.get("objective") or {}).get("name", "bert") if (
-      config is not None) else "bert"
-  try:
-    return mapping.for_objective(objective).name
-  except ValueError:
-    if strict:
-      raise
-    return ""
-
-
 def _as_source(source: Source | str) -> Source:
   return source if isinstance(source, Source) else resolve(source)
 
 
 def load_model_config(source: Source | str) -> ml_collections.ConfigDict:
-  """The model config the source's params were made for."""
+  """The model group of the source's run config (a copy): the architecture
+  its params were made for."""
   source = _as_source(source)
-  if source.kind in (WORKDIR, STEP, IMPORTED, ELECTRA):
-    if "model" not in source.config:
+  if source.config is None:
+    if source.kind in (WORKDIR, STEP):
       raise FileNotFoundError(f"{source.path} stores no model config.")
-    # Older runs stored fewer model fields: today's defaults fill the rest.
-    return config_lib.complete_model(source.config.model.to_dict())
-  hf_cfg = checkpoint_io.read_hf_config(source.path)
-  if hf_cfg is None:
     raise FileNotFoundError(f"No config.json or bert_config.json in "
                             f"{source.path}; it is needed for the model "
                             "config.")
-  return checkpoint_io.model_config_from_hf_config(hf_cfg)
+  return ml_collections.ConfigDict(source.config.model.to_dict())
+
+
+def check_fits(source: Source, model_config, field: str,
+               note: str = "") -> None:
+  """ValueError naming config `field` (which gave `source`) when its params
+  are of another architecture than `model_config`, before anything loads
+  them; fewer vocabulary rows are fine (an export trimmed to its tokenizer:
+  :func:`load_params` pads them)."""
+  if source.config is None:
+    return
+  theirs = ml_collections.ConfigDict(source.config.model.to_dict())
+  theirs.vocab_size = max(int(theirs.vocab_size), int(model_config.vocab_size))
+  checkpoint_io.check_same_architecture(theirs, model_config, source.path,
+                                        field=field, note=note)
 
 
 def load_params(source: Source | str, model_config=None, *,
@@ -172,95 +241,70 @@ def load_params(source: Source | str, model_config=None, *,
 
   Without `abstract_params`: a nested dict of float32 numpy arrays (int layer
   keys, the layout of ``nnx.state(model, nnx.Param).to_pure_dict()``) holding
-  every parameter of the source's family model; heads an HF source lacks are
-  initialized from `seed`. A caller whose model has other heads (fine-tuning)
-  takes the subtrees it wants. With `abstract_params` (ShapeDtypeStructs with
+  every parameter of the model the source's objective trains (an ELECTRA
+  source: both networks); heads an HF source lacks are initialized from
+  `seed`. A caller whose model has other heads (fine-tuning) takes the
+  subtrees it wants. With `abstract_params` (ShapeDtypeStructs with
   shardings) the result is global arrays on those shardings and must match
-  their tree. Architecture fields must equal `model_config`'s (ValueError
-  naming the field); `config` (the current run config) only improves the
-  message when a checkpoint does not fit.
+  their tree. A source with fewer vocabulary rows than `model_config` (an
+  export trimmed to its tokenizer) is padded to it (``hf.vocab.pad``).
+  Architecture fields must equal `model_config`'s (ValueError naming the
+  field); `config` (the current run config) only improves the message when
+  a checkpoint does not fit.
   """
   source = _as_source(source)
   if model_config is None:
     model_config = load_model_config(source)
+  rows = int(model_config.vocab_size)
+  if source.config is not None and int(source.config.model.vocab_size) < rows:
+    # A table trimmed to its tokenizer (an export) into a padded config: the
+    # source's rows, then rows that are no token (hf.vocab.pad).
+    model_config = ml_collections.ConfigDict(model_config.to_dict())
+    model_config.vocab_size = int(source.config.model.vocab_size)
+    params, report = load_params(source, model_config, seed=seed,
+                                 config=config)
+    params = vocab.pad(params, rows, seed=seed, initializer_range=float(
+        model_config.initializer_range))
+    report.notes.append(
+        f"Vocabulary padded from {model_config.vocab_size} to {rows} rows "
+        "(the rows past the source's tokenizer are no token).")
+    if abstract_params is not None:
+      params = checkpoint_reading.place_params(params, abstract_params,
+                                               source=source.path)
+    return params, report
+  if source.config is not None and not (
+      source.kind in (WORKDIR, STEP) and abstract_params is not None):
+    # (Restoring onto shardings compares the stored config with `config`.)
+    checkpoint_io.check_same_architecture(source.config.model, model_config,
+                                          source.path)
   if source.kind in (WORKDIR, STEP):
-    report = mapping.ImportReport(
+    report = importing.ImportReport(
         source=source.step_dir, format="bert_jax",
-        architecture=mapping.get(source.family).export_architecture
-        if source.family else "")
+        architecture=f"{source.objective} run")
     if abstract_params is not None:  # Read straight onto the shardings.
       params, _ = checkpoint_reading.restore_params(
           source.step_dir, abstract_params, config=config)
     else:
-      if "model" in source.config:
-        checkpoint_io.check_same_architecture(
-            source.config.model, model_config, source.path)
       params, _, _ = checkpoint_reading.load_params(source.step_dir)
     report.loaded = sorted(mapping.flatten_params(params))
     return params, report
   if source.kind == IMPORTED:
-    params, src_cfg, report = checkpoint_io.load_imported(source.path)
-    checkpoint_io.check_same_architecture(src_cfg, model_config, source.path)
+    params, _, report = checkpoint_io.load_imported(source.path)
   elif source.kind == ELECTRA:
-    checkpoint_io.check_same_architecture(source.config.model, model_config,
-                                          source.path)
     if config is not None:
       electra.check_same_generator(source.config, config, source.path)
-    params, _ = electra.load_pretrained(source.path, source.config)
-    report = mapping.ImportReport(
+    params = electra.load_pair(source.path, source.config)
+    report = importing.ImportReport(
         source=source.path, format="safetensors",
         architecture="ElectraForPreTraining + ElectraForMaskedLM",
         loaded=sorted(mapping.flatten_params(params)))
   else:
-    hf_cfg = checkpoint_io.read_hf_config(source.path)
-    if hf_cfg is not None:
-      checkpoint_io.check_same_architecture(
-          checkpoint_io.model_config_from_hf_config(hf_cfg), model_config,
-          source.path)
     params, report = checkpoint_io.load_hf_params(
         source.path, model_config, family=source.family, seed=seed)
   if abstract_params is not None:
     params = checkpoint_reading.place_params(params, abstract_params,
-                                        source=source.path)
+                                             source=source.path)
   return params, report
-
-
-def electra_generator(source: Source | str):
-  """(generator params, generator model config) of an ELECTRA source (an
-  ELECTRA run's workdir/step or an exported pair), else None: the MLM half,
-  for fill-mask (family ``electra_generator``)."""
-  source = _as_source(source)
-  config = source.config
-  objective = config.get("objective", None) if config is not None else None
-  if objective is None or objective.get("name") != "electra":
-    return None
-  full = config_lib.complete(config)
-  full.objective = config.objective
-  params, _ = load_params(source, full.model)
-  return ({"embeddings": params["embeddings"],
-           "generator": params["generator"]},
-          electra_model.generator_config(full))
-
-
-# --------------------------------------------------------------------------
-# Objective / heads
-# --------------------------------------------------------------------------
-def nsp_trained(config) -> bool:
-  """Whether a run with `config` trained the pooler + sentence-pair head."""
-  data = config.get("data", None) if config is not None else None
-  if data is None:
-    return True
-  full = config_lib.complete(config).data  # Older configs lack fields.
-  return config_lib.sentence_objective(full) in ("nsp", "sop")
-
-
-def untrained_heads(config) -> tuple[str, ...]:
-  """HF prefixes of heads a run with `config` left at their random init:
-  its family's sentence-pair heads when it trained no NSP / SOP."""
-  family = run_family(config, strict=False)
-  if nsp_trained(config) or not family:
-    return ()
-  return mapping.get(family).sentence_heads
 
 
 # --------------------------------------------------------------------------
@@ -309,29 +353,48 @@ def _join(workdir: str, path: str) -> str:
   return os.path.join(workdir, path)
 
 
+def recorded_tokenizer(workdir: str) -> tokenizer_files.TokenizerSpec | None:
+  """The tokenizer a run in `workdir` recorded (:func:`record_tokenizer`),
+  or None when it recorded none (not started yet, or older than records)."""
+  text = read_text(os.path.join(workdir, TOKENIZER_RECORD))
+  if text is None:
+    return None
+  rec = json.loads(text)
+  return tokenizer_files.TokenizerSpec(
+      rec["kind"], _join(workdir, rec["path"]), bool(rec["lower_case"]))
+
+
 def tokenizer_spec(source: Source | str) -> tokenizer_files.TokenizerSpec:
   """The tokenizer the source's params were trained with (file + settings)."""
   source = _as_source(source)
   spec = tokenizer_files.TokenizerSpec
   if source.kind in (WORKDIR, STEP):
-    text = read_text(os.path.join(source.workdir, TOKENIZER_RECORD))
-    if text is None:
+    recorded = recorded_tokenizer(source.workdir)
+    if recorded is None:
       return _search_old_workdir(source.workdir, source.config)
-    rec = json.loads(text)
-    return spec(rec["kind"], _join(source.workdir, rec["path"]),
-                bool(rec["lower_case"]))
-  data = source.config.get("data", {}) if source.config is not None else {}
+    return recorded
+  directory = _tokenizer_dir(source)
   lower = True
-  cfg_path = os.path.join(source.path, "tokenizer_config.json")
+  cfg_path = os.path.join(directory, "tokenizer_config.json")
   if os.path.isfile(cfg_path):
     with open(cfg_path) as f:
       lower = bool(json.load(f).get("do_lower_case", True))
-  lower = bool(data.get("lower_case", lower))
+  if source.kind == IMPORTED:  # What tools/convert_from_hf.py recorded.
+    data = checkpoint_io.read_imported_config(source.path).get("data") or {}
+    lower = bool(data.get("lower_case", lower))
   for name, kind in (("vocab.txt", "wordpiece"), ("spiece.model",
                                                    "sentencepiece")):
-    if os.path.isfile(os.path.join(source.path, name)):
-      return spec(kind, os.path.join(source.path, name), lower)
-  raise FileNotFoundError(f"No vocab.txt or spiece.model in {source.path}.")
+    if os.path.isfile(os.path.join(directory, name)):
+      return spec(kind, os.path.join(directory, name), lower)
+  raise FileNotFoundError(f"No vocab.txt or spiece.model in {directory}.")
+
+
+def _tokenizer_dir(source: Source) -> str:
+  """Where a source that is not a workdir keeps its tokenizer files (an
+  ELECTRA pair: in each half, the same files)."""
+  if source.kind == ELECTRA:
+    return os.path.join(source.path, electra.DISCRIMINATOR)
+  return source.path
 
 
 def load_tokenizer(source: Source | str) -> tokenizer_files.LoadedTokenizer:
@@ -341,14 +404,14 @@ def load_tokenizer(source: Source | str) -> tokenizer_files.LoadedTokenizer:
     spec = tokenizer_spec(source)
     return tokenizer_files.LoadedTokenizer(
         tokenizer_files.build_hf_tokenizer(spec))
-  return tokenizer_files.load_hf_tokenizer(source.path)
+  return tokenizer_files.load_hf_tokenizer(_tokenizer_dir(source))
 
 
 def _search_old_workdir(workdir: str, config) -> tokenizer_files.TokenizerSpec:
   """Workdirs without a record: data.tokenizer_path, else the one the trainer
   trained and cached under workdir/tokenizer/ (input_pipeline's
   ``<type>-<size>-<cased|uncased>-<hash>/spm.model|vocab.txt``)."""
-  data = config.get("data", None) or {}
+  data = (config or {}).get("data", None) or {}
   kind = data.get("tokenizer_type", "sentencepiece") or "sentencepiece"
   lower = bool(data.get("lower_case", True))
   path = data.get("tokenizer_path", "") or ""

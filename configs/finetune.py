@@ -32,6 +32,15 @@ def task_config() -> ml_collections.ConfigDict:
       label_field="label",
       regression=False,  # Float labels, MSE, Pearson/Spearman.
       label_order="sorted",  # String labels -> ids: "sorted" or "first_seen".
+      # Names of the classes in id order (your file's labels in label_order:
+      # numeric order for integer labels), e.g. ("negative", "positive")
+      # for labels 0/1: results.json and the export's id2label. () = the
+      # labels themselves.
+      label_names=(),
+      # A rerun in a workdir holding a checkpoint of other train /
+      # validation files is refused (WORKDIR/task.json records them); True
+      # goes on from the checkpoint with the new files (same labels).
+      continue_with_new_files=False,
       # Static sequence lengths batches are padded to (capped by
       # data.seq_length): one compile per bucket, little padding.
       buckets=(32, 64, 128),

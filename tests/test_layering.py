@@ -209,3 +209,43 @@ def test_no_module_over_500_lines():
     with open(path) as f:
       sizes[m] = sum(1 for _ in f)
   assert not {m: n for m, n in sizes.items() if n > 500}
+
+
+def _python_files(*folders):
+  for folder in folders:
+    for root, _, files in os.walk(os.path.join(REPO, folder)):
+      for f in files:
+        if f.endswith(".py"):
+          yield os.path.join(root, f)
+
+
+def test_no_sys_path_edits_in_tools_or_tests():
+  """Tools and tests import the installed package (pip install -e .)."""
+  bad = []
+  for path in _python_files("tools", "tests", "bert_jax"):
+    with open(path) as f:
+      for i, line in enumerate(f, 1):
+        if ("sys.path.insert" in line or "sys.path.append" in line) and (
+            path != __file__):
+          bad.append(f"{os.path.relpath(path, REPO)}:{i}")
+  assert not bad, bad
+
+
+def test_no_test_module_imports_another():
+  """Shared test code lives in tests/helpers, not in test modules."""
+  bad = []
+  for path in _python_files("tests"):
+    with open(path) as f:
+      tree = ast.parse(f.read())
+    for node in ast.walk(tree):
+      if isinstance(node, ast.ImportFrom):
+        names = [f"{node.module}.{a.name}" for a in node.names]
+      elif isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+      else:
+        continue
+      for name in names:
+        if name.startswith("tests.") and any(
+            part.startswith("test_") for part in name.split(".")[1:]):
+          bad.append(f"{os.path.relpath(path, REPO)}:{node.lineno} {name}")
+  assert not bad, bad

@@ -48,12 +48,11 @@ from absl import app
 from absl import flags
 from ml_collections import config_flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bert_jax.downstream import finetuning
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "configs/finetune.py (with task and init_from set).")
-
+# Only --config: the tool writes nothing but its report (no --workdir).
+config_flags.DEFINE_config_file(
+    "config", None, "configs/finetune.py and its overrides.", lock_config=True)
 flags.DEFINE_integer("rounds", 3, "Alternating rounds (ours, then HF).")
 flags.DEFINE_integer("steps", 0, "Timed steps per side per round; 0: one "
                      "epoch's batches over all rounds.")
@@ -348,7 +347,7 @@ def format_report(r: dict) -> str:
 def main(argv):
   del argv
   try:
-    result = benchmark(_CONFIG.value, FLAGS.rounds, FLAGS.steps, FLAGS.warmup,
+    result = benchmark(FLAGS.config, FLAGS.rounds, FLAGS.steps, FLAGS.warmup,
                        FLAGS.torch_threads, FLAGS.packed,
                        FLAGS.packed_batch_size)
   except (ValueError, FileNotFoundError) as e:

@@ -34,7 +34,6 @@ from absl import app
 from absl import flags
 from ml_collections import config_flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _CONFIG = config_flags.DEFINE_config_file("config", None,
                                           "Config file (configs/*.py).")

@@ -29,6 +29,18 @@ timed steps are compared. bf16 means: ours
 ``model.dtype=bfloat16`` (bf16 matmul inputs, f32 accumulation, f32 params),
 HF Flax ``dtype=jnp.bfloat16`` (its computation dtype), PyTorch
 ``torch.autocast("cpu", bfloat16)``.
+
+The family is the config's objective: a ModernBERT config
+(configs/modernbert_*.py) compares against PyTorch ``ModernBertForMaskedLM``
+(sdpa attention, its own sliding window; HF has no Flax ModernBERT, so
+--peers=torch), e.g.
+  python tools/benchmark.py --config configs/modernbert_base.py --compare \
+      --peers=torch --config.data.seq_length=512 \
+      --config.data.max_predictions_per_seq=154 --config.train.batch_size=8
+--seq_lengths with --baseline_config configs/base.py alternates a second
+model (BERT's full attention) in the same run: per-token cost growth of
+local + global against full attention, e.g. 512,1024,2048,4096,8192 at
+--tokens_per_batch=8192 (ratios are against each model's first row).
 """
 
 from __future__ import annotations
@@ -108,20 +120,31 @@ def _peer_torch(spec: dict):
   import torch
   import transformers
 
-  cfg = transformers.BertConfig(**spec["bert_config"])
   torch.manual_seed(0)
-  model = transformers.BertForPreTraining(cfg).train()
+  modern = spec.get("family") == "modernbert"
+  if modern:  # MLM only; sdpa with its own masks (local + global).
+    cfg = transformers.ModernBertConfig(**{
+        k: v for k, v in spec["bert_config"].items()
+        if k not in ("architectures", "model_type", "dtype")})
+    model = transformers.ModernBertForMaskedLM._from_config(
+        cfg, attn_implementation="sdpa").train()
+  else:
+    cfg = transformers.BertConfig(**spec["bert_config"])
+    model = transformers.BertForPreTraining(cfg).train()
   opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
   bf16 = spec["dtype"] == "bfloat16"
   batches = []
   for b in synthetic_batches(**spec["data"]):
-    batches.append(dict(
+    batch = dict(
         input_ids=torch.from_numpy(b["input_ids"]).long(),
         attention_mask=torch.from_numpy(b["input_mask"]).long(),
-        token_type_ids=torch.from_numpy(b["segment_ids"]).long(),
-        labels=torch.from_numpy(_labels_full(b)),
-        next_sentence_label=torch.from_numpy(
-            b["next_sentence_labels"]).long()))
+        labels=torch.from_numpy(_labels_full(b)))
+    if not modern:
+      batch.update(
+          token_type_ids=torch.from_numpy(b["segment_ids"]).long(),
+          next_sentence_label=torch.from_numpy(
+              b["next_sentence_labels"]).long())
+    batches.append(batch)
 
   def step(b):
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
@@ -410,8 +433,13 @@ def benchmark(config, steps: int, rounds: int, warmup: int, compare: bool,
 
   from bert_jax import objectives
   from bert_jax.hf import checkpoint_io
+  from bert_jax.hf import mapping
   from bert_jax.training import utilization
 
+  family = mapping.for_objective(config.objective.name).name
+  if compare and family != "bert" and "flax" in peers:
+    raise ValueError(f"--compare --peers=flax: Hugging Face has no Flax "
+                     f"model of the {family!r} family; use --peers=torch.")
   b, t = config.train.batch_size, config.data.seq_length
   dtype = config.model.dtype
   tokens_per_step = b * t
@@ -421,7 +449,7 @@ def benchmark(config, steps: int, rounds: int, warmup: int, compare: bool,
   runners = [("ours", ours)]
   if compare:
     spec = dict(bert_config=checkpoint_io.hf_config_from_model_config(
-        config.model), dtype=dtype,
+        config.model, family=family), family=family, dtype=dtype,
                 data=dict(num=4, batch=b, seq=t,
                           preds=config.data.max_predictions_per_seq,
                           vocab=config.model.vocab_size))
@@ -444,7 +472,7 @@ def benchmark(config, steps: int, rounds: int, warmup: int, compare: bool,
   st = _stats(ours.times)
   tflops, mfu = utilization.mfu(flops_per_step, st["p50"], jax.device_count(), peak)
   result = dict(
-      config=dict(layers=config.model.num_hidden_layers,
+      config=dict(family=family, layers=config.model.num_hidden_layers,
                   hidden=config.model.hidden_size,
                   vocab=config.model.vocab_size, seq_length=t, batch_size=b,
                   max_predictions_per_seq=config.data.max_predictions_per_seq,
@@ -565,39 +593,42 @@ def seq_length_configs(config, seq_lengths: list[int], tokens: int,
 
 def compare_seq_lengths(config, seq_lengths: list[int], tokens: int,
                         attention: list[str], steps: int, rounds: int,
-                        warmup: int) -> list[dict]:
-  """Per-token step time per (length, attention kind) vs models/flops.py."""
+                        warmup: int, baseline=None) -> list[dict]:
+  """Per-token step time per (length, attention kind) vs the objective's
+  FLOP count; with a `baseline` config its cells alternate with ours
+  (rows carry "model": "config" / "baseline", ratios per model)."""
   import jax
 
   from bert_jax import objectives
-  from bert_jax.models import flops as flops_lib
   from bert_jax.training import utilization
-  cells = seq_length_configs(config, seq_lengths, tokens, attention,
-                             jax.default_backend())
-  runners = [(t, kind, c, Ours(c, warmup) if c is not None else None)
-             for t, kind, c in cells]
+  cells = [("config", *cell) for cell in seq_length_configs(
+      config, seq_lengths, tokens, attention, jax.default_backend())]
+  if baseline is not None:
+    cells += [("baseline", *cell) for cell in seq_length_configs(
+        baseline, seq_lengths, tokens, attention, jax.default_backend())]
+  runners = [(m, t, kind, c, Ours(c, warmup) if c is not None else None)
+             for m, t, kind, c in cells]
   for _ in range(rounds):  # Alternate so that noise hits every cell alike.
     for *_, r in runners:
       if r is not None:
         r.run(steps)
-  rows, first = [], None
-  for t, kind, c, r in runners:
+  rows, firsts = [], {}
+  for name, t, kind, c, r in runners:
     if r is None:
-      rows.append(dict(seq_length=t, attention=kind, runs=False))
+      rows.append(dict(model=name, seq_length=t, attention=kind, runs=False))
       continue
     p50 = _stats(r.times)["p50"]
-    fpt = flops_lib.train_flops_per_token(c.model, t,
-                                      c.data.max_predictions_per_seq)
+    fpt = objectives.train_flops_per_step(c) / (c.train.batch_size * t)
     peak, _ = utilization.peak_tflops(c.model.dtype, c.train.peak_tflops)
     _, mfu = utilization.mfu(objectives.train_flops_per_step(c), p50,
                        jax.device_count(), peak)
-    row = dict(seq_length=t, attention=kind, runs=True,
+    row = dict(model=name, seq_length=t, attention=kind, runs=True,
                batch_size=c.train.batch_size,
                max_predictions_per_seq=c.data.max_predictions_per_seq,
                step_time_p50=p50, us_per_token=1e6 * p50 / tokens,
                flops_per_token=fpt, mfu=mfu,
                compile_seconds=r.compile_seconds, peak_memory_mb=r.memory_mb)
-    first = first or row  # The shortest length with the first kind.
+    first = firsts.setdefault(name, row)  # Shortest length, first kind.
     row["time_ratio"] = row["us_per_token"] / first["us_per_token"]
     row["flops_ratio"] = fpt / first["flops_per_token"]
     rows.append(row)
@@ -612,15 +643,16 @@ def print_seq_lengths(rows: list[dict], tokens: int, config):
         f"{jax.devices()[0].device_kind}; tokens per batch {tokens}; ratios "
         "are per token against the first row (measured step time vs the "
         "FLOP count of models/flops.py)")
-  print(f"{'seq':>5} {'attention':22s} {'batch':>5} {'preds':>5} "
-        f"{'step ms':>8} {'us/token':>8} {'x time':>7} {'MFLOP/tok':>9} "
-        f"{'x flops':>7} {'MFU':>6} {'compile s':>9}")
+  print(f"{'model':8s} {'seq':>5} {'attention':22s} {'batch':>5} "
+        f"{'preds':>5} {'step ms':>8} {'us/token':>8} {'x time':>7} "
+        f"{'MFLOP/tok':>9} {'x flops':>7} {'MFU':>6} {'compile s':>9}")
   for r in rows:
     if not r["runs"]:
-      print(f"{r['seq_length']:>5} {r['attention']:22s} does not run on this "
-            "backend / length")
+      print(f"{r['model']:8s} {r['seq_length']:>5} {r['attention']:22s} does "
+            "not run on this backend / length")
       continue
-    print(f"{r['seq_length']:>5} {r['attention']:22s} {r['batch_size']:>5} "
+    print(f"{r['model']:8s} {r['seq_length']:>5} {r['attention']:22s} "
+          f"{r['batch_size']:>5} "
           f"{r['max_predictions_per_seq']:>5} {1e3*r['step_time_p50']:>8.1f} "
           f"{r['us_per_token']:>8.2f} {r['time_ratio']:>7.2f} "
           f"{r['flops_per_token']/1e6:>9.2f} {r['flops_ratio']:>7.2f} "
@@ -629,7 +661,8 @@ def print_seq_lengths(rows: list[dict], tokens: int, config):
 
 def print_human(r: dict):
   c = r["config"]
-  print(f"bert_jax {c['layers']}x{c['hidden']} vocab {c['vocab']}, batch "
+  print(f"bert_jax {c['family']} {c['layers']}x{c['hidden']} vocab "
+        f"{c['vocab']}, batch "
         f"{c['batch_size']} x seq {c['seq_length']}, {c['dtype']}, attention "
         f"{c['attention_impl']}, fused_qkv {c['fused_qkv']}, remat "
         f"{c['remat_policy']} on {r['devices']} {r['device_kind']}")
@@ -661,7 +694,7 @@ def main(argv):
                                     * config.data.seq_length)
     rows = compare_seq_lengths(config, [int(t) for t in F.seq_lengths],
                                tokens, list(F.attention), F.steps, F.rounds,
-                               F.warmup)
+                               F.warmup, F.baseline_config)
     if F.json:
       print(json.dumps(rows))
     else:
@@ -703,7 +736,12 @@ if __name__ == "__main__":
   flags.DEFINE_integer("steps", 3, "Timed steps per run (per round).")
   flags.DEFINE_integer("rounds", 3, "Alternating rounds (ours, flax, torch).")
   flags.DEFINE_integer("warmup", 1, "Untimed steps after compile, each impl.")
-  flags.DEFINE_bool("compare", False, "Also run HF Flax and PyTorch BERT.")
+  flags.DEFINE_bool("compare", False, "Also run HF Flax and PyTorch BERT "
+                    "(PyTorch ModernBERT for a ModernBERT config).")
+  config_flags.DEFINE_config_file(
+      "baseline_config", None, "With --seq_lengths: a second model whose "
+      "cells alternate with the config's (e.g. configs/base.py).",
+      lock_config=False)
   flags.DEFINE_list("peers", ["flax", "torch"], "Peers for --compare.")
   flags.DEFINE_string("hf_flax_python", "", "Python for the HF Flax peer "
                       "(default: this one if it has the pins, else "

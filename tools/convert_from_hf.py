@@ -25,7 +25,7 @@ import sys
 
 from bert_jax import pretrained
 from bert_jax.hf import checkpoint_io
-from bert_jax.hf import mapping
+from bert_jax.hf import importing
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json",
                     "special_tokens_map.json", "vocab.txt", "spiece.model")
@@ -40,7 +40,7 @@ def _expected(model: str) -> str:
           f"{', '.join(found) if found else 'nothing'}.")
 
 
-def convert(model: str, output: str, seed: int = 0) -> mapping.ImportReport:
+def convert(model: str, output: str, seed: int = 0) -> importing.ImportReport:
   try:
     source = pretrained.resolve(model)
   except FileNotFoundError as e:
@@ -74,7 +74,8 @@ def convert(model: str, output: str, seed: int = 0) -> mapping.ImportReport:
                 tokenizer_path=os.path.abspath(
                     os.path.join(output, "spiece.model")))
   checkpoint_io.save_imported(output, params, model_config, report,
-                              data_overrides=data)
+                              data_overrides=data,
+                              objective=source.config.objective.to_dict())
   return report
 
 

@@ -64,6 +64,9 @@ def main(argv=None) -> int:
   parser.add_argument("--step", type=int, default=None,
                       help="Checkpoint step (default: latest).")
   parser.add_argument("--output", default=None)
+  parser.add_argument("--verbose", action="store_true",
+                      help="Also print the libraries' INFO lines (Orbax's "
+                      "restore steps, JAX's backend probing).")
   args = parser.parse_args(argv)
   positional = list(args.paths)
   args.workdir = args.workdir or (positional.pop(0) if positional else None)
@@ -71,7 +74,10 @@ def main(argv=None) -> int:
   if not args.workdir or not args.output or positional:
     parser.error("give WORKDIR and OUT (positionally or as --workdir, "
                  "--output), once each.")
-  logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+  # Warnings (an untrained head, a damaged step) and errors only: Orbax logs
+  # 11 INFO lines per restore that say nothing about the export.
+  logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                      format="%(levelname)s %(message)s", force=True)
   try:
     written = convert(args.workdir, args.output, args.step)
   except (ValueError, OSError) as e:  # A wrong path or step: one sentence.

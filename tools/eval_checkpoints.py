@@ -27,7 +27,7 @@ import ml_collections
 from absl import app
 from absl import flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bert_jax import cli
 from bert_jax.checkpoints import reading as checkpoint_reading
 from bert_jax.downstream import finetuning
 
@@ -43,7 +43,8 @@ def select_steps(steps: list[int], every: int) -> list[int]:
 
 def sweep_checkpoints(config, workdir: str, out: str, every: int = 1,
                       run=finetuning.run) -> dict:
-  """One fine-tuning per selected step; returns (and writes) the sweep."""
+  """One fine-tuning per selected step; returns (and writes) the sweep, or
+  a preempted fine-tuning's {"preempted_at_step": N} (nothing written)."""
   steps = checkpoint_reading.committed_steps(workdir)
   if not steps:
     raise FileNotFoundError(f"{workdir} has no committed checkpoint step.")
@@ -53,6 +54,8 @@ def sweep_checkpoints(config, workdir: str, out: str, every: int = 1,
     c = ml_collections.ConfigDict(config.to_dict())
     c.train.init_from, c.train.init_from_step = workdir, step
     results = run(c, os.path.join(out, f"step_{step}"))
+    if "preempted_at_step" in results:  # SIGTERM: rerun the tool to resume.
+      return results
     rows.append(dict(step=step, main_score=results["main_score"],
                      scores=results["scores"], results=results))
   sweep = dict(workdir=os.path.abspath(workdir), task=rows[0]["results"][
@@ -146,12 +149,13 @@ def svg_plot(xs, ys, title: str, width: int = 480, height: int = 320) -> str:
 # ==============================================================================
 # Command line.
 # ==============================================================================
-# --config (configs/finetune.py and its overrides) and --workdir are the flags
-# bert_jax.finetune defines on import; here --workdir names the pretraining run.
+# --config (configs/finetune.py and its overrides) and --workdir are the
+# flags every entry point shares (bert_jax.cli); here --workdir names the
+# pretraining run.
 flags.FLAGS["workdir"].help = "The pretraining workdir to sweep."
 flags.DEFINE_string("out", None, "Output directory (one subdir per step).")
 flags.DEFINE_integer("every", 1, "Every K-th saved step, newest included.")
-FLAGS = flags.FLAGS
+FLAGS = cli.FLAGS
 
 
 def main(argv):
@@ -162,6 +166,10 @@ def main(argv):
   except (ValueError, FileNotFoundError, FloatingPointError) as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(1)
+  if "preempted_at_step" in sweep:  # As a preempted fine-tuning: exit 0.
+    print(f"preempted at step {sweep['preempted_at_step']}: checkpoint "
+          "saved, no sweep yet; run the same command to resume.")
+    return
   print(format_table(sweep))
   print(f"Wrote {os.path.join(FLAGS.out, SWEEP_FILE)} and "
         f"{write_plot(sweep, FLAGS.out)}")

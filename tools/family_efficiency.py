@@ -1,8 +1,11 @@
-r"""BERT, ELECTRA, ALBERT and DistilBERT pretrained with equal training FLOPs.
+r"""BERT, ELECTRA, ALBERT, DistilBERT and ModernBERT pretrained with equal
+training FLOPs.
 
   python tools/family_efficiency.py --out /tmp/family_eff \
       --budget_pflops=0.025 [--families=bert,electra,albert,distil] \
       [--seeds=0,1,2] [--layers=12 --hidden=256 --embedding=128]
+  python tools/family_efficiency.py --out /tmp/family_eff \
+      --families=bert,modernbert     # ModernBERT against BERT
 
 For each family: a config of comparable size on configs/demo.py's data
 settings (demo corpus, seq 64, batch 32, 10 predictions, vocab 4,000), the
@@ -18,8 +21,12 @@ embeddings), electra = L x H discriminator with E and a 1/4-wide generator
 (ELECTRA-Small at 12 x 256, E 128), albert = L x H, E, one shared block,
 SOP, 3-gram masking, distil = an L/2-layer student of the bert row's trained
 workdir (its FLOPs include the teacher's forward pass; the teacher's own
-pretraining is not in its budget). Every family: AdamW at --learning_rate,
-warmup 10% of its steps, linear decay, dropout 0.1, float32.
+pretraining is not in its budget), modernbert = L x H with a GeGLU of
+8H/3 (BERT's FFN parameters), 30% masking (20 predictions per 64 tokens),
+no NSP, no dropout (its recipe), its 128-token window (wider than the demo's
+64-token rows: every layer attends fully here). Every family: AdamW at
+--learning_rate, warmup 10% of its steps, linear decay, float32; dropout
+0.1 except ModernBERT's.
 
 Rerunning with the same --out skips every finished run (a pretraining whose
 final checkpoint exists, a fine-tuning with results.json) and resumes an
@@ -39,10 +46,9 @@ from absl import app
 from absl import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 from bert_jax import objectives
 
-FAMILIES = ("bert", "electra", "albert", "distil")
+FAMILIES = ("bert", "electra", "albert", "distil", "modernbert")
 RESULTS_FILE = "family_efficiency.json"
 TASK = dict(name="pydoc_topics", text_field="text")
 
@@ -87,6 +93,15 @@ def overrides(family: str, layers: int, hidden: int, embedding: int,
     out.update({"objective.name": "albert", "model.embedding_size": embedding,
                 "model.num_hidden_groups": 1, "model.inner_group_num": 1,
                 "data.objective": "sop", "data.max_ngram": 3})
+  elif family == "modernbert":
+    out.update({"objective.name": "modernbert",
+                "model.intermediate_size": 32 * round(8 * hidden / 3 / 32),
+                "model.type_vocab_size": 0, "model.layer_norm_eps": 1e-5,
+                "model.hidden_dropout_prob": 0.0,
+                "model.attention_probs_dropout_prob": 0.0,
+                "model.classifier_dropout_prob": 0.0,
+                "data.mask_rate": 0.3, "data.max_predictions_per_seq": 20,
+                "data.objective": "packed", "data.nsp": False})
   elif family == "distil":
     out.update({"objective.name": "distil", "objective.teacher": teacher,
                 "objective.student_layers": max(1, layers // 2),
@@ -258,6 +273,9 @@ def finetune(row: dict, out: str, seed: int, task_dir: str, epochs: int,
           f"--config.train.seed={seed}",
           "--config.checkpoint.save_every_steps=100000"],
          os.path.join(workdir, "finetune.log"))
+  if not os.path.isfile(results):  # SIGTERM: a checkpoint, no results yet.
+    raise RuntimeError(f"The fine-tuning in {workdir} stopped before it "
+                       "finished (preempted); rerun the tool to resume it.")
   with open(results) as f:
     return float(json.load(f)["main_score"])
 

@@ -23,9 +23,6 @@ words), consecutive words of the topic's text, the same 1-in-5 dev split
 import argparse
 import csv
 import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 TOPICS = ("compound", "debugger", "formatstrings", "string-methods")
 DEV_EVERY = 5

@@ -50,7 +50,9 @@ from bert_jax.checkpoints.reading import META
 from bert_jax.checkpoints.reading import STATE
 from bert_jax.checkpoints.reading import absolute
 from bert_jax.checkpoints.reading import checkpoint_dir
+from bert_jax.checkpoints.reading import check_step_digest
 from bert_jax.checkpoints.reading import read_meta
+from bert_jax.checkpoints.reading import read_step_meta
 from bert_jax.checkpoints.reading import stored_state_tree
 
 CORRUPT_DIR = "checkpoints_corrupt"
@@ -167,8 +169,11 @@ class Checkpointer:
     if self.guard is not None:
       self.guard()
     self.check_for_errors(wait=True)  # The previous save, before a new one.
+    # Checksums of what is saved: restore verifies them (damage that still
+    # decodes is set aside, not trained on).
+    meta = dict(meta or {}, checksums=checkpoint_checks.digest_record(state))
     items = {STATE: ocp.args.StandardSave(state),
-             META: ocp.args.JsonSave(meta or {})}
+             META: ocp.args.JsonSave(meta)}
     if iterator is not None:
       items[DATA] = DataIteratorSave(iterator)
     try:
@@ -221,12 +226,12 @@ class Checkpointer:
 
     The stored shapes are compared with `abstract_state` first: a different
     model or optimizer raises CheckpointMismatchError naming the path and
-    both shapes. The iterator (if given) is restored to the same step.
+    both shapes. The iterator (if given) is restored to the same step. A
+    step whose meta is unreadable, or whose arrays differ from the checksums
+    written at save, raises CheckpointDamagedError.
     """
-    try:
-      stored_config = self.read_meta(step).get("config")
-    except (OSError, ValueError):
-      stored_config = None
+    meta = read_step_meta(self._step_dir(step))  # Damaged: raises.
+    stored_config = meta.get("config")
     checkpoint_checks.check_compatible(
         self.stored_state_tree(step), abstract_state,
         source=self._step_dir(step), stored_config=stored_config,
@@ -242,14 +247,17 @@ class Checkpointer:
         logging.warning("Checkpoint step %d has no data-iterator state; the "
                         "input starts from the beginning.", step)
     restored = self.manager.restore(step, args=ocp.args.Composite(**items))
+    check_step_digest(restored[STATE], self._step_dir(step), meta)
     return restored[STATE]
 
   def restore_latest(self, abstract_state, iterator=None, config=None):
     """(state, step) from the newest readable step, or (None, None) if none.
 
-    A step that cannot be read (truncated or missing files) or holds
-    non-finite params is moved to WORKDIR/checkpoints_corrupt/ with a warning
-    and the previous step is tried. A config mismatch is raised, not skipped.
+    A step that cannot be read (truncated or missing files, an unreadable
+    meta), whose arrays differ from the checksums written at save
+    (overwritten bytes) or that holds non-finite params is moved to
+    WORKDIR/checkpoints_corrupt/ with a warning and the previous step is
+    tried. A config mismatch is raised, not skipped.
     """
     steps = self.all_steps()
     failures = []

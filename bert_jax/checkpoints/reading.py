@@ -29,9 +29,29 @@ def checkpoint_dir(workdir: str) -> str:
 
 
 def absolute(path: str) -> str:
-  """Absolute local path; URLs (gs://...) unchanged."""
-  path = os.fspath(path)
+  """Absolute local path (``file://`` URLs too); URLs (gs://...) unchanged."""
+  path = local_path(os.fspath(path))
   return path.rstrip("/") if "://" in path else os.path.abspath(path)
+
+
+def local_path(path: str) -> str:
+  """``file:///dir`` (or ``file://localhost/dir``) -> ``/dir``; anything else
+  unchanged.
+
+  TensorFlow reads file:// URLs but Orbax's paths (etils.epath) know only
+  object stores, so a file:// workdir is taken for the local directory it
+  names, once, where a path comes in. ValueError for a file:// URL naming
+  another host (a path there cannot be written from here).
+  """
+  if not path.startswith("file://"):
+    return path
+  host, _, rest = path[len("file://"):].partition("/")
+  if host not in ("", "localhost"):
+    raise ValueError(
+        f"{path} names a path on host {host!r}: a file:// URL is a path on "
+        "this machine (file:///dir); use the directory itself, a shared "
+        "mount or gs://.")
+  return "/" + rest
 
 
 def committed_steps(path: str) -> list[int]:
@@ -103,12 +123,45 @@ def stored_params_tree(step_dir: str):
   return stored_state_tree(step_dir)["params"]
 
 
-def stored_config(step_dir: str) -> dict | None:
-  """The run config saved with a step (None when it is unreadable)."""
+def _describe_step(step_dir: str) -> str:
+  step_dir = os.fspath(step_dir).rstrip("/")
+  return (f"Checkpoint step {os.path.basename(step_dir)} in "
+          f"{os.path.dirname(step_dir)}")
+
+
+def read_step_meta(step_dir: str) -> dict:
+  """A step's meta (config, last metrics, checksums of its state).
+
+  Every save writes one; a missing or truncated one is damage, raised as
+  CheckpointDamagedError (the trainer sets the step aside, exporters refuse
+  it), never read as "no config".
+  """
+  path = os.path.join(step_dir, META, "metadata")
   try:
-    return _read_json(os.path.join(step_dir, META, "metadata")).get("config")
-  except (OSError, ValueError):
-    return None
+    meta = _read_json(path)
+    if not isinstance(meta, dict):
+      raise ValueError(f"a JSON {type(meta).__name__}, not an object")
+  except (OSError, ValueError) as e:
+    raise checkpoint_checks.CheckpointDamagedError(
+        f"{_describe_step(step_dir)} is damaged: its meta ({path}: config, "
+        f"metrics, checksums) is unreadable ({type(e).__name__}: "
+        f"{str(e).splitlines()[0] if str(e) else ''}); use another step."
+    ) from None
+  return meta
+
+
+def stored_config(step_dir: str) -> dict | None:
+  """The run config saved with a step (CheckpointDamagedError when its meta
+  is unreadable)."""
+  return read_step_meta(step_dir).get("config")
+
+
+def check_step_digest(tree, step_dir: str, meta: dict | None = None) -> None:
+  """CheckpointDamagedError if `tree` (a restored state, or {"params": ...})
+  differs from the checksums written when the step was saved."""
+  meta = read_step_meta(step_dir) if meta is None else meta
+  checkpoint_checks.check_digest(tree, meta.get("checksums"),
+                                 _describe_step(step_dir))
 
 
 def _to_orbax_keys(tree):
@@ -147,6 +200,7 @@ def restore_params(path: str, abstract_params, *, step: int | None = None,
       lambda a: ocp.ArrayRestoreArgs(sharding=a.sharding, global_shape=a.shape,
                                      dtype=a.dtype), target)
   restored = _restore_params(step_dir, target, restore_args)
+  check_step_digest({"params": restored}, step_dir)
   logging.info("Initialized params from %s (step %d).", step_dir, step)
   return _int_keys(restored), step
 
@@ -178,13 +232,15 @@ def load_params(workdir: str, step: int | None = None):
   indices as int keys (the layout of ``nnx.state(model).to_pure_dict()``).
   """
   step_dir, step = resolve_step_dir(workdir, step)
+  meta = read_step_meta(step_dir)
   stored = stored_params_tree(step_dir)
   restore_args = jax.tree.map(
       lambda m: ocp.RestoreArgs(restore_type=np.ndarray), stored)
   restored = _restore_params(step_dir, stored, restore_args)
+  check_step_digest({"params": restored}, step_dir, meta)
   params = jax.tree.map(lambda x: np.asarray(x, np.float32),
                         _int_keys(restored))
-  config = ml_collections.ConfigDict(stored_config(step_dir) or {})
+  config = ml_collections.ConfigDict(meta.get("config") or {})
   return params, config, step
 
 

@@ -7,7 +7,8 @@ anything there:
 - Local disk: ``fcntl.flock`` on ``WORKDIR/.workdir_lock.json``, which also
   holds the holder's identity (host, pid, start time, command). The kernel
   drops the lock when the process dies (kill -9 included), so a dead run
-  never blocks the next one.
+  never blocks the next one, and a held lock means a live holder: it is
+  never taken over (``--take_over_workdir`` is for object stores only).
 - Any other ``tf.io.gfile`` path (``gs://...``): object stores have no
   locks, so the same file is an identity object written at start and read
   back before every save; a run that finds another run's identity there
@@ -125,14 +126,13 @@ class WorkdirLock:
     try:
       fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
+      # The kernel (or the NFS lock manager) holds the lock for a live
+      # process only: that run is alive, wherever it runs, and
+      # --take_over_workdir does not change that (a dead holder's lock is
+      # free, and taken below without it).
       holder = self._read_fd(fd)
       os.close(fd)
-      if (self.take_over and holder.get("host") != self.me["host"]):
-        logging.warning(
-            "--take_over_workdir: %s is locked by a run on another host (%s); "
-            "writing it anyway.", self.workdir, describe(holder))
-        return
-      raise WorkdirInUseError(self._refusal(holder)) from None
+      raise WorkdirInUseError(self._refusal(holder, alive=True)) from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps(self.me).encode(), 0)
     os.fsync(fd)
@@ -173,9 +173,14 @@ class WorkdirLock:
         raise WorkdirInUseError(self._refusal(holder))
     self._write_object()
 
-  def _refusal(self, holder: dict) -> str:
+  def _refusal(self, holder: dict, alive: bool = False) -> str:
     what = (f"Workdir {self.workdir} is in use by another run ({describe(holder)}"
             f"{'; ' + holder['command'] if holder.get('command') else ''}).")
+    if alive:
+      why = ("; --take_over_workdir takes only a workdir whose holder is "
+             "gone" if self.take_over else "")
+      return (f"{what[:-1]}: its lock is held, so that run is alive{why}. "
+              "Wait for it to finish or use another --workdir.")
     if holder.get("host") not in (None, self.me["host"]) and not self.take_over:
       return (what + " Wait for it to finish or use another --workdir; if "
               "that run is dead, rerun with --take_over_workdir.")

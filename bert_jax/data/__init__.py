@@ -2,7 +2,11 @@
 
   features.py       batch feature names, shapes and dtypes (one spec for the
                     pipeline, the steps, tools and tests)
-  sources.py        which text files / TFDS splits a run reads, streamed
+  checks.py         config checks of the input a job reads (the sequence
+                    shape; the pretraining pipeline's fields), no TensorFlow
+  sources.py        which text files / records / TFDS splits a run reads
+  records.py        JSONL and Parquet records -> text (one document each)
+  prepared_text.py  record sources prepared once into text files, cached
   demo_corpus.py    the corpus every fresh machine has (CPython's docs)
   tokenizers.py     in-graph SentencePiece / WordPiece; trained and cached
   examples.py       NSP / SOP pairs and packed sequences from blocks of lines

@@ -132,9 +132,14 @@ class Masker:
     """
     shape = tf.shape(ids)
     p = min(self.max_predictions, ids.shape[1] or self.max_predictions)
-    rnd = tf.random.stateless_uniform(shape, seed, minval=0, maxval=1 << 19,
+    # Position in the low bits (4096 slots; a power of two >= T for longer
+    # rows, e.g. 8,192-token context extension), random high bits: < 2^31.
+    t = ids.shape[1]
+    slots = 4096 if t is None or t <= 4096 else 1 << (int(t) - 1).bit_length()
+    rnd = tf.random.stateless_uniform(shape, seed, minval=0,
+                                      maxval=(1 << 31) // slots,
                                       dtype=tf.int32)
-    key = rnd * 4096 + tf.range(shape[1])[None, :]  # T <= 4096
+    key = rnd * slots + tf.range(shape[1])[None, :]
     key = tf.where(ok, key, tf.int32.max)
     neg, _ = tf.math.top_k(-key, k=p, sorted=True)  # smallest keys, ascending
     kth = -tf.gather(neg, tf.maximum(n_sel - 1, 0), batch_dims=1)

@@ -1,9 +1,18 @@
-"""Where the text comes from: text-file globs and TFDS datasets, mixed by weight.
+"""Where the text comes from: text files, JSONL / Parquet records and TFDS
+datasets, mixed by weight.
 
 Source syntax (``config.data.sources``; several separated by ``;``)::
 
     [text:]GLOB[,GLOB...][@WEIGHT]     # google-research/bert layout files
+    jsonl:GLOB[,GLOB...][@WEIGHT]      # one JSON object per line (.gz too)
+    parquet:GLOB[,GLOB...][@WEIGHT]    # Parquet files
     tfds:NAME[:SPLIT][@WEIGHT]         # prepared TFDS dataset, text feature
+
+JSONL and Parquet hold one document per record, its text in the field
+``data.text_field``; they are prepared once into text files of the
+google-research layout (``prepared_text``: streamed, in parallel, cached
+under ``data.prepared_dir``), which the pipeline then reads like any text
+source, so they resume exactly like text files.
 
 Everything here streams: a file list (names only) is the only thing held in
 memory; text is read line by line by tf.data.
@@ -13,6 +22,7 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
+import functools
 import os
 import re
 import zlib
@@ -22,22 +32,30 @@ import tensorflow as tf
 from absl import logging
 
 from bert_jax.data import demo_corpus
+from bert_jax.data import prepared_text
+from bert_jax.data import records
 
 TEXT = "text"
 TFDS = "tfds"
+JSONL, PARQUET = records.JSONL, records.PARQUET
 
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-  kind: str  # TEXT or TFDS
+  kind: str  # TEXT, JSONL, PARQUET or TFDS
   spec: str  # comma-separated globs, or a TFDS name (with config/version)
   split: str = "train"
   weight: float = 1.0
+  # The record source a TEXT source was prepared from, as messages (and the
+  # tokenizer cache) name it: "parquet:GLOB@W (text field 'text')".
+  origin: str = ""
 
   def __str__(self):
+    if self.origin:
+      return self.origin
     if self.kind == TFDS:
       return f"tfds:{self.spec}:{self.split}@{self.weight:g}"
-    return f"text:{self.spec}@{self.weight:g}"
+    return f"{self.kind}:{self.spec}@{self.weight:g}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +88,8 @@ def plan(data, workdir: Optional[str]) -> SourcePlan:
   """
   uses_demo = not (data.get("sources", "") or data.get("train_files", ""))
   if data.get("sources", ""):
-    train = parse_sources(data.sources, "data.sources")
+    train = [prepared(s, data, workdir, "data.sources")
+             for s in parse_sources(data.sources, "data.sources")]
   elif data.get("train_files", ""):
     train = [Source(TEXT, data.train_files)]
   else:
@@ -81,7 +100,8 @@ def plan(data, workdir: Optional[str]) -> SourcePlan:
     train = [Source(TEXT, train_glob)]
   eval_from_train = False
   if data.get("eval_sources", ""):
-    evals = parse_sources(data.eval_sources, "data.eval_sources")
+    evals = [prepared(s, data, workdir, "data.eval_sources")
+             for s in parse_sources(data.eval_sources, "data.eval_sources")]
   elif data.get("eval_files", ""):
     evals = [Source(TEXT, data.eval_files)]
   elif uses_demo:
@@ -120,11 +140,12 @@ def parse_sources(spec: str, field: str = "data.sources") -> list[Source]:
         raise ValueError(f"{field}: missing TFDS name in {part!r}.")
       out.append(Source(TFDS, name, split or "train", weight))
     else:
-      if part.startswith("text:"):
-        part = part[len("text:"):]
+      kind = records.kind_of(part) or TEXT
+      if part.startswith(kind + ":"):
+        part = part[len(kind) + 1:]
       if not part:
         raise ValueError(f"{field}: empty file pattern.")
-      out.append(Source(TEXT, part, "", weight))
+      out.append(Source(kind, part, "", weight))
   return out
 
 
@@ -135,7 +156,8 @@ def file_key(path: str) -> int:
 
 def resolve_text_files(source: Source, field: str = "data.sources"
                        ) -> tuple[list[str], list[str]]:
-  """(non-empty files, empty files) matching a text source; sorted.
+  """(non-empty files, empty files) matching a text (or record) source;
+  sorted.
 
   Raises ValueError naming the pattern when nothing matches or all files are
   empty.
@@ -201,12 +223,12 @@ def tfds_documents(source: Source, data_dir: str, text_key: str,
       lambda ex: ex[text_key]))
 
 
-_SENT_BREAK = r"([.!?][\"')\]]?)\s+([A-Z0-9\"'(\[])"
-
-
 def document_to_lines(doc: tf.Tensor) -> tf.Tensor:
-  """In graph: one document string -> its sentences, then "" (the boundary)."""
-  text = tf.strings.regex_replace(doc, _SENT_BREAK, "\\1\n\\2")
+  """In graph: one document string -> its sentences, then "" (the boundary).
+
+  The rule JSONL / Parquet records get when prepared
+  (``records.split_document``): split at newlines and sentence ends."""
+  text = tf.strings.regex_replace(doc, records.SENTENCE_BREAK, "\\1\n\\2")
   parts = tf.strings.strip(tf.strings.split(text, "\n"))
   parts = tf.boolean_mask(parts, tf.strings.length(parts) > 0)
   return tf.concat([parts, [""]], axis=0)
@@ -262,10 +284,11 @@ def check_usable(source: Source, max_line_bytes: Optional[int] = None,
                  min_fraction: float = 0.05) -> None:
   """Raises ValueError when a text source holds (almost) no text.
 
-  Reads the first `sample` non-empty lines of the source's files; fewer than
-  `min_fraction` of them being UTF-8 with a word in it means binary or
-  wrongly encoded input, which would otherwise train on replacement
-  characters without a word. TFDS sources are not checked.
+  Reads the first `sample` non-empty lines of the source's files; a NUL
+  byte in any of them, or fewer than `min_fraction` of them being UTF-8 with
+  a word in it, means binary or wrongly encoded input, which would
+  otherwise train on replacement characters and symbol tables. TFDS
+  sources are not checked.
   """
   if source.kind != TEXT:
     return
@@ -273,7 +296,17 @@ def check_usable(source: Source, max_line_bytes: Optional[int] = None,
   n = good = 0
   for path in files:
     with tf.io.gfile.GFile(path, "rb") as f:
-      for raw in f:
+      for number, raw in enumerate(f, 1):
+        if b"\0" in raw:
+          # Text never holds a NUL byte; programs, images, archives, Parquet
+          # and UTF-16 do, between runs of readable strings that would
+          # otherwise pass for sentences (git and grep decide "binary" so).
+          raise ValueError(
+              f"{field}: {source} yields no usable sentences: {path} is a "
+              f"binary file (NUL bytes in line {number}), not UTF-8 text; "
+              "point it at UTF-8 text files with "
+              "one sentence per line (JSONL or Parquet records: use a "
+              "jsonl: or parquet: source).")
         if not raw.strip():
           continue
         n += 1
@@ -288,3 +321,47 @@ def check_usable(source: Source, max_line_bytes: Optional[int] = None,
         f"{n} lines of {files[0] if len(files) == 1 else f'its {len(files)} files'} "
         "are UTF-8 text (the rest invalid UTF-8, e.g. a binary file); point it "
         "at UTF-8 text files with one sentence per line.")
+
+
+# -----------------------------------------------------------------------------
+# JSONL / Parquet records, prepared into text files once.
+# -----------------------------------------------------------------------------
+def prepared(source: Source, data, workdir: Optional[str],
+             field: str = "data.sources") -> Source:
+  """`source` itself, or for a JSONL / Parquet source the text source of its
+  prepared files (``prepared_text.prepare``: made where missing, cached under
+  ``data.prepared_dir``, default WORKDIR/prepared)."""
+  if source.kind not in records.KINDS:
+    return source
+  root = data.get("prepared_dir", "") or (
+      os.path.join(workdir, "prepared") if workdir else "")
+  if not root:
+    raise ValueError(f"{field}: {source} needs data.prepared_dir or a workdir "
+                     "to prepare its records into text files.")
+  return _prepared(source, data.get("text_field", "text") or "text", root,
+                   field)
+
+
+def check_records(source: Source, path: str, text_field: str,
+                  field: str = "data.sources") -> None:
+  """ValueError naming the problem when `path`, a file of a JSONL / Parquet
+  `source`, is not of its kind or lacks `text_field` (Parquet's schema, a
+  JSONL file's first record; nothing else is read)."""
+  if source.kind in records.KINDS:
+    try:
+      records.check_file(path, source.kind, text_field)
+    except records.RecordFileError as e:
+      name = prepared_text.describe(source.kind, source.spec, source.weight,
+                                    text_field)
+      raise ValueError(f"{field}: {name}: {e}") from None
+
+
+@functools.lru_cache(maxsize=64)
+def _prepared(source: Source, text_field: str, root: str, field: str,
+              workers: int = 0) -> Source:
+  """Once per process (the plan is made several times per run)."""
+  inputs, _ = resolve_text_files(source, field)
+  done = prepared_text.prepare(
+      source.kind, source.spec, inputs, text_field, root, field=field,
+      weight=source.weight, workers=workers)
+  return Source(TEXT, done.glob, "", source.weight, done.name)

@@ -226,12 +226,14 @@ def sort_labels(names: Sequence[str]) -> list[str]:
 def read_file(path: str, text_field: str, label_field: str,
               text_pair_field: str = "", *, label_names: Sequence[str] = (),
               regression: bool = False, label_order: str = "sorted",
-              fmt: str = "") -> tuple[Rows, list[str]]:
+              fmt: str = "", labels_from: str = "") -> tuple[Rows, list[str]]:
   """Reads one user file; returns (rows, label names in id order).
 
   ``label_names`` fixes the mapping (validation files, resumed runs): a label
-  outside it is counted as ``unknown_label`` and its row skipped. Without it
-  (the train file) the mapping is built from this file by ``label_order``.
+  outside it is counted as ``unknown_label`` and its row skipped, or, with
+  ``labels_from`` (the label map the names were read from: a workdir's
+  earlier task), is a ValueError naming that map. Without it (the train
+  file) the mapping is built from this file by ``label_order``.
   """
   if label_order not in ("sorted", "first_seen"):
     raise ValueError(f"label_order={label_order!r} must be 'sorted' or "
@@ -268,6 +270,13 @@ def read_file(path: str, text_field: str, label_field: str,
       seen = list(dict.fromkeys(r[2] for r in recs))
       names = seen if label_order == "first_seen" else sort_labels(seen)
     ids = {name: i for i, name in enumerate(names)}
+    other = sort_labels({r[2] for r in recs if r[2] not in ids})
+    if labels_from and other:
+      raise ValueError(
+          f"{labels_from} maps the labels {names} of the task this workdir "
+          f"was fine-tuned on, but {path} has other labels too "
+          f"({', '.join(other[:5])}{', ...' if len(other) > 5 else ''}): a "
+          "task with other labels needs a new --workdir.")
     kept = [r for r in recs if r[2] in ids]
     bad["unknown_label"] += len(recs) - len(kept)
     recs = [(n, t, ids[lab]) for n, t, lab in kept]
@@ -309,28 +318,50 @@ def load_label_map(directory: str) -> Optional[list[str]]:
   return names
 
 
+def _skipped(rows: Rows) -> str:
+  """' (skipped: missing_text=3, ...)' for a split's bad-row counters."""
+  bad = ", ".join(f"{k}={v}" for k, v in rows.bad.items() if v)
+  return f" (skipped: {bad})" if bad else " (it has no data rows)"
+
+
+def check_not_empty(split: str, rows: Rows, where: str) -> None:
+  """ValueError naming the split and its source when it has no usable row
+  (an empty file, a header only, or every row bad): scores over 0 examples
+  are no scores."""
+  if not len(rows):
+    raise ValueError(f"The {split} split ({where}) has no usable rows"
+                     f"{_skipped(rows)}.")
+
+
 def read_user_task(train_path: str, validation_path: str, text_field: str,
                    label_field: str, text_pair_field: str = "", *,
                    regression: bool = False, label_order: str = "sorted",
                    label_dir: str = "", name: str = "user",
-                   fmt: str = "") -> tuple[TaskSpec, dict[str, Rows]]:
+                   fmt: str = "", write_label_map: bool = True
+                   ) -> tuple[TaskSpec, dict[str, Rows]]:
   """The user's task: (spec, {"train": rows, "validation": rows}).
 
   The label mapping comes from ``label_dir/label_map.json`` when it exists
   (resumed or evaluated runs), else from the train file, and is then written
-  there (when ``label_dir`` is set). Either path may be "" (not read).
+  there (when ``label_dir`` is set and `write_label_map`; a caller with
+  checks of its own writes it after them, :func:`save_label_map`). Either
+  path may be "" (not read).
   """
   names = (load_label_map(label_dir) if label_dir else None) or []
+  label_map = os.path.join(label_dir, LABEL_MAP_FILE) if names else ""
   if regression and names:
-    raise ValueError(f"{os.path.join(label_dir, LABEL_MAP_FILE)} holds class "
-                     "labels but the task is a regression; use a fresh "
-                     "workdir.")
+    raise ValueError(f"{label_map} holds class labels but the task is a "
+                     "regression; use a fresh workdir.")
   kw = dict(text_pair_field=text_pair_field, regression=regression,
             label_order=label_order, fmt=fmt)
   rows = {}
   if train_path:
     rows["train"], names = read_file(train_path, text_field, label_field,
-                                     label_names=names, **kw)
+                                     label_names=names, labels_from=label_map,
+                                     **kw)
+    if not len(rows["train"]):
+      raise ValueError(f"Task file {train_path!r} holds no usable labelled "
+                       f"row{_skipped(rows['train'])}.")
   if validation_path:
     if not names and not regression:
       raise ValueError("The task's label mapping is unknown: give the train "
@@ -339,7 +370,7 @@ def read_user_task(train_path: str, validation_path: str, text_field: str,
                                       label_field, label_names=names, **kw)
   if not regression and not names:
     raise ValueError(f"Task file {train_path!r} holds no usable labelled row.")
-  if label_dir and not regression:
+  if label_dir and not regression and write_label_map:
     save_label_map(label_dir, names)
   spec = TaskSpec(name, (text_field, text_pair_field) if text_pair_field
                   else (text_field,), label_field, tuple(names),
@@ -351,7 +382,8 @@ def load_task(task: str, *, tfds_data_dir: str = "", train_path: str = "",
               validation_path: str = "", text_field: str = "",
               text_pair_field: str = "", label_field: str = "label",
               regression: bool = False, label_order: str = "sorted",
-              label_dir: str = "", fmt: str = "", splits: Sequence[str] = ()
+              label_dir: str = "", fmt: str = "", splits: Sequence[str] = (),
+              write_label_map: bool = True
               ) -> tuple[TaskSpec, dict[str, Rows]]:
   """One entry for the trainer: ``glue/<name>`` or the user's files.
 
@@ -370,7 +402,7 @@ def load_task(task: str, *, tfds_data_dir: str = "", train_path: str = "",
   spec, rows = read_user_task(
       train_path, validation_path, text_field, label_field, text_pair_field,
       regression=regression, label_order=label_order, label_dir=label_dir,
-      name=task or "user", fmt=fmt)
+      name=task or "user", fmt=fmt, write_label_map=write_label_map)
   if splits:
     rows = {s: rows[s] for s in splits if s in rows}
   return spec, rows

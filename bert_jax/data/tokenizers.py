@@ -200,15 +200,22 @@ def load(path: str, kind: str, lower_case: bool = True) -> Tokenizer:
   if kind == SENTENCEPIECE:
     with tf.io.gfile.GFile(path, "rb") as f:
       proto = f.read()
+    what = "is empty (0 bytes)" if not proto else (
+        "is not a readable SentencePiece model (truncated, damaged or "
+        "another kind of file)")
+    fix = ("; point data.tokenizer_path at a .model file written by "
+           "SentencePiece (or tools/train_tokenizer.py), or set "
+           "data.tokenizer_type='wordpiece' for a vocab.txt.")
+    if not proto:  # SentencePiece loads 0 bytes as a model of no pieces.
+      raise ValueError(f"{path} {what}: not a SentencePiece model{fix}")
     try:
-      return SentencePieceTokenizer(proto, path=path)
+      tok = SentencePieceTokenizer(proto, path=path)
     except Exception as e:  # pylint: disable=broad-except
       # A truncated or foreign file fails deep in SentencePiece / tf_text.
-      raise ValueError(
-          f"{path} is not a readable SentencePiece model (truncated, "
-          "damaged or another kind of file); point data.tokenizer_path at a .model file written by SentencePiece "
-          "(or tools/train_tokenizer.py), or set "
-          "data.tokenizer_type='wordpiece' for a vocab.txt.") from e
+      raise ValueError(f"{path} {what}{fix}") from e
+    if not tok.vocab_size:
+      raise ValueError(f"{path} {what}: it holds no pieces{fix}")
+    return tok
   if kind == WORDPIECE:
     with tf.io.gfile.GFile(path, "r") as f:
       vocab = [line.rstrip("\n").rstrip("\r") for line in f]

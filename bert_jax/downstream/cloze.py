@@ -5,11 +5,11 @@
       [--labels 0,1] [--text_field sentence] [--label_field label]
 
 Each example fills the template ({text}, optionally {text_b}); the score of
-a label is the MLM log-probability (softmax over the whole vocabulary) of its
-verbalizer word at the [MASK]; the prediction is the best-scoring label. No
-training: this asks what the pretrained MLM head already knows. A text too
-long for the model is cut (its end, longest of text/text_b first) so the
-template around it, [MASK] included, always survives.
+a label is the MLM log-probability (softmax over the tokenizer's vocabulary)
+of its verbalizer word at the [MASK]; the prediction is the best-scoring
+label. No training: this asks what the pretrained MLM head already knows.
+A text too long for the model is cut (its end, longest of text/text_b
+first) so the template around it, [MASK] included, always survives.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import numpy as np
 from flax import nnx
 
 from bert_jax.downstream import embeddings
+from bert_jax.downstream import mask_filling
 from bert_jax.hf import mapping
 
 MASK = "[MASK]"
@@ -121,12 +122,8 @@ class ZeroShotClassifier:
                max_length: int | None = None, source: str = "--model"):
 
     check_template(template)
-    if "mlm_head" in loaded.untrained_heads:
-      raise ValueError(
-          f"{source} has no masked-LM head (a BertModel checkpoint, e.g. "
-          "sentence-transformers'); zero-shot cloze needs one trained with "
-          "MLM (a pretraining workdir or a BertForMaskedLM/ForPreTraining "
-          "directory).")
+    if mask_filling.MLM_HEAD in loaded.untrained_heads:
+      raise ValueError(mask_filling.no_masked_lm_head(source))
     self.template = template
     self.verbalizer = parse_verbalizer(verbalizer)
     self.labels = list(self.verbalizer)
@@ -139,15 +136,21 @@ class ZeroShotClassifier:
     if self.batch_size < 1:
       raise ValueError(f"batch_size={batch_size} must be positive.")
     self._tok = embeddings.plain_tokenizer(loaded.tokenizer)
-    model = mapping.make_model(loaded.params, loaded.model_config)
+    model = mapping.make_model(loaded.params, loaded.model_config,
+                               family=loaded.family)
     graphdef, self._state = nnx.split(model)
     verbal = np.asarray(self.token_ids, np.int32)
+    # Rows of a table padded past the tokenizer are no token: out of the
+    # softmax, as in fill_mask and an export (hf.vocab).
+    n = min(int(loaded.model_config.vocab_size),
+            int(loaded.tokenizer.tokenizer.get_vocab_size()))
 
     @jax.jit
     def scores_fn(state, ids, mask, seg, pos):
       out = nnx.merge(graphdef, state)(ids, mask, seg, pos[:, None],
                                        deterministic=True)
-      logp = jax.nn.log_softmax(out["mlm_logits"][:, 0].astype("float32"))
+      logp = jax.nn.log_softmax(
+          out["mlm_logits"][:, 0, :n].astype("float32"))
       return logp[:, verbal]
 
     self._scores = scores_fn

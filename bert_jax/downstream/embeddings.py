@@ -15,9 +15,14 @@ length in use, never per batch.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import io
 import os
+import shutil
+import tempfile
+import zipfile
 from typing import Any, Sequence
 
 import jax
@@ -26,6 +31,7 @@ import numpy as np
 from flax import nnx
 from tokenizers import Tokenizer
 
+from bert_jax import objectives
 from bert_jax import pretrained
 from bert_jax.hf import tokenizer_files
 
@@ -37,21 +43,24 @@ POOLINGS = ("cls", "mean")
 # -----------------------------------------------------------------------------
 @dataclasses.dataclass
 class LoadedModel:
-  params: Any  # Nested dict of float32 arrays (BertForPreTraining layout).
+  params: Any  # Nested dict of float32 arrays (the family's layout).
   model_config: Any
   tokenizer: tokenizer_files.LoadedTokenizer
   untrained_heads: tuple = ()  # e.g. ("mlm_head", "nsp_head") for BertModel.
+  family: str = "bert"  # The hf.mapping table: mapping.make_model(family=).
 
 
 def load_model(path: str, step: int | None = None) -> LoadedModel:
-  """A workdir (latest or `step`), a step dir, an imported dir, an HF BERT
-  dir or a TF checkpoint, through `bert_jax.pretrained`; the import report
-  says which heads were initialized fresh (absent from the source)."""
+  """The masked LM of a workdir (latest or `step`), a step dir, an
+  imported dir, an HF dir or a TF checkpoint, through `bert_jax.pretrained`
+  and its objective (``objectives.masked_lm``); the import report says
+  which heads were initialized fresh (absent from the source)."""
   source = pretrained.resolve(path, step)
-  model_config = pretrained.load_model_config(source)
-  params, report = pretrained.load_params(source, model_config)
-  return LoadedModel(params, model_config, pretrained.load_tokenizer(source),
-                     tuple(report.fresh))
+  params, report = pretrained.load_params(source)
+  model = objectives.masked_lm(source.config, params)
+  return LoadedModel(model.params, model.model_config,
+                     pretrained.load_tokenizer(source), tuple(report.fresh),
+                     model.family)
 
 
 # -----------------------------------------------------------------------------
@@ -124,12 +133,32 @@ def check_max_length(max_length: int | None, model_config) -> int:
 # -----------------------------------------------------------------------------
 # The forward pass: one jitted function per (model graph, layer, outputs).
 # -----------------------------------------------------------------------------
+def encoder_of(model):
+  """The encoder inside a family's model (BERT's ``bert``, ModernBERT's
+  ``model``), or `model` itself when it is one."""
+  for name in ("bert", "model"):
+    sub = getattr(model, name, None)
+    if isinstance(sub, nnx.Module) and hasattr(sub, "hidden_states"):
+      return sub
+  return model
+
+
+def _positions_and_width(encoder) -> tuple[int, int]:
+  """(max positions, hidden size): ModernBERT has no position table."""
+  if hasattr(encoder, "max_positions"):
+    table = encoder.word_embeddings[...]
+    return int(encoder.max_positions), int(table.shape[1])
+  emb = encoder.embeddings
+  return (int(emb.position_embeddings[...].shape[0]),
+          int(emb.word_embeddings[...].shape[1]))
+
+
 @functools.lru_cache(maxsize=16)
 def _forward(graphdef, num_layers: int, per_token: bool):
 
   def fn(state, ids, mask, seg):
     model = nnx.merge(graphdef, state)
-    encoder = getattr(model, "bert", model)
+    encoder = encoder_of(model)
     h = encoder.hidden_states(ids, mask, seg, num_layers)[num_layers]
     h = h.astype(jnp.float32)
     m = mask.astype(jnp.float32)[..., None]
@@ -159,54 +188,205 @@ class TokenVectors:
   vectors: np.ndarray  # [num_tokens, hidden]
 
 
+class _Embedder:
+  """The checks and the compiled forward pass of one embedding job."""
+
+  def __init__(self, model, tokenizer, pooling: str, layer: int,
+               batch_size: int, max_length: int | None, per_token: bool):
+    if pooling not in POOLINGS:
+      raise ValueError(f"--pooling {pooling!r} must be one of {POOLINGS}.")
+    encoder = encoder_of(model)
+    if not hasattr(encoder, "hidden_states"):
+      raise ValueError(f"{type(model).__name__} has no encoder to embed with "
+                       "(a BERT, DistilBERT, ModernBERT or fine-tuned model).")
+    num_layers = resolve_layer(layer, len(encoder.layers))
+    max_pos, self.hidden = _positions_and_width(encoder)
+    max_length = max_pos if max_length is None else int(max_length)
+    if not 2 <= max_length <= max_pos:
+      raise ValueError(f"max_length={max_length} must be between 2 and the "
+                       f"model's max_position_embeddings={max_pos}.")
+    if batch_size < 1:
+      raise ValueError(f"batch_size={batch_size} must be positive.")
+    self.tok = plain_tokenizer(tokenizer, max_length)
+    self.buckets = bucket_lengths(max_length)
+    graphdef, self.state = nnx.split(model)
+    self.fn = _forward(graphdef, num_layers, per_token)
+    self.pooling, self.batch_size, self.per_token = (pooling, batch_size,
+                                                     per_token)
+
+  def chunk(self, sentences: Sequence[str]):
+    """(pooled [n, hidden], TokenVectors per sentence or None), in order.
+
+    Sorted by length within the chunk, so a batch pads only to its bucket.
+    """
+    encodings = self.tok.encode_batch(list(sentences))
+    lengths = [len(e.ids) for e in encodings]
+    pooled = np.zeros((len(encodings), self.hidden), np.float32)
+    tokens: list = [None] * len(encodings)
+    for idx, length in batches(lengths, self.batch_size, self.buckets):
+      ids, mask = pad_batch([encodings[i].ids for i in idx], self.batch_size,
+                            length)
+      seg, _ = pad_batch([encodings[i].type_ids for i in idx],
+                         self.batch_size, length)
+      out = self.fn(self.state, ids, mask, seg)
+      pooled[idx] = np.asarray(out[self.pooling])[:len(idx)]
+      if self.per_token:
+        h = np.asarray(out["tokens"])
+        for r, i in enumerate(idx):
+          e = encodings[i]
+          tokens[i] = TokenVectors(list(e.tokens),
+                                   np.asarray(e.ids, np.int32),
+                                   h[r, :len(e.ids)].copy())
+    return pooled, (tokens if self.per_token else None)
+
+
+# Sentences embedded together: memory is bounded by one chunk's inputs and
+# outputs, whatever the input size; within it, sorting by length keeps the
+# padding low.
+CHUNK_SENTENCES = 4096
+
+
 def embed(model, tokenizer, sentences: Sequence[str], pooling: str = "cls",
           layer: int = -1, batch_size: int = 32,
           max_length: int | None = None, per_token: bool = False):
-  """Sentence vectors [N, hidden] float32 (and per-token vectors).
+  """Sentence vectors [N, hidden] float32 (and per-token vectors), in memory.
 
-  `model`: an nnx BertForPreTraining or BertModel (see mapping.make_model);
+  `model`: an nnx BertForPreTraining or BertModel, a ModernBERT masked LM
+  or ModernBertModel (see mapping.make_model);
   `tokenizer`: an tokenizer_files.LoadedTokenizer or a `tokenizers.Tokenizer`. Texts
   longer than `max_length` (default max_position_embeddings) keep their
   first tokens and the final [SEP]. With `per_token`, returns
-  (vectors, list of TokenVectors), special tokens included.
+  (vectors, list of TokenVectors), special tokens included. For inputs of
+  any size, `write_embeddings` streams the same numbers to files.
   """
-  if pooling not in POOLINGS:
-    raise ValueError(f"--pooling {pooling!r} must be one of {POOLINGS}.")
-  encoder = getattr(model, "bert", model)
-  config_layers = len(encoder.layers)
-  num_layers = resolve_layer(layer, config_layers)
-  max_pos = int(encoder.embeddings.position_embeddings[...].shape[0])
-  max_length = max_pos if max_length is None else int(max_length)
-  if not 2 <= max_length <= max_pos:
-    raise ValueError(f"max_length={max_length} must be between 2 and the "
-                     f"model's max_position_embeddings={max_pos}.")
-  if batch_size < 1:
-    raise ValueError(f"batch_size={batch_size} must be positive.")
+  job = _Embedder(model, tokenizer, pooling, layer, batch_size, max_length,
+                  per_token)
   sentences = list(sentences)
   if not sentences:
     raise ValueError("No sentences to embed.")
-  tok = plain_tokenizer(tokenizer, max_length)
-  encodings = tok.encode_batch(sentences)
-  lengths = [len(e.ids) for e in encodings]
-  graphdef, state = nnx.split(model)
-  fn = _forward(graphdef, num_layers, per_token)
-  hidden = int(encoder.embeddings.word_embeddings[...].shape[1])
-  pooled = np.zeros((len(sentences), hidden), np.float32)
-  tokens: list = [None] * len(sentences)
-  for idx, length in batches(lengths, batch_size,
-                             bucket_lengths(max_length)):
-    ids, mask = pad_batch([encodings[i].ids for i in idx], batch_size, length)
-    seg, _ = pad_batch([encodings[i].type_ids for i in idx], batch_size,
-                       length)
-    out = fn(state, ids, mask, seg)
-    pooled[idx] = np.asarray(out[pooling])[:len(idx)]
-    if per_token:
-      h = np.asarray(out["tokens"])
-      for r, i in enumerate(idx):
-        e = encodings[i]
-        tokens[i] = TokenVectors(list(e.tokens), np.asarray(e.ids, np.int32),
-                                 h[r, :len(e.ids)].copy())
+  pooled, tokens = [], []
+  for i in range(0, len(sentences), CHUNK_SENTENCES):
+    p, t = job.chunk(sentences[i:i + CHUNK_SENTENCES])
+    pooled.append(p)
+    tokens.extend(t or [])
+  pooled = np.concatenate(pooled)
   return (pooled, tokens) if per_token else pooled
+
+
+# -----------------------------------------------------------------------------
+# Streaming to files: .npy rows and .npz members written as they are made.
+# -----------------------------------------------------------------------------
+def _npy_header(dtype, shape) -> bytes:
+  """The header np.save writes for an array of `dtype` and `shape`."""
+  buf = io.BytesIO()
+  np.lib.format.write_array_header_1_0(buf, {
+      "descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+      "fortran_order": False, "shape": tuple(int(n) for n in shape)})
+  return buf.getvalue()
+
+
+def _copy_member(zf: zipfile.ZipFile, name: str, dtype, shape, raw) -> None:
+  """A .npy member of `zf` from the raw bytes in file object `raw`."""
+  with zf.open(name, "w", force_zip64=True) as member:
+    member.write(_npy_header(dtype, shape))
+    raw.seek(0)
+    shutil.copyfileobj(raw, member, 1 << 20)
+
+
+def write_embeddings(model, tokenizer, input_path: str, output: str,
+                     per_token_path: str | None = None, *,
+                     pooling: str = "cls", layer: int = -1,
+                     batch_size: int = 32, max_length: int | None = None
+                     ) -> tuple[int, int, int]:
+  """`embed` of every line of `input_path`, streamed: `output` (.npy, [N,
+  hidden] float32) and, with `per_token_path`, an .npz like
+  `save_per_token`'s. Returns (N, hidden, token vectors).
+
+  Memory stays that of one chunk of CHUNK_SENTENCES sentences for any input
+  size: a first pass counts lines (and tokens), so the files' headers are
+  known; the second writes rows as chunks are embedded (the per-token
+  strings, ids and offsets are spooled to temporary files and copied into
+  the .npz after its vectors). Both files are written beside their paths and
+  renamed when complete: a failure leaves neither.
+  """
+  job = _Embedder(model, tokenizer, pooling, layer, batch_size, max_length,
+                  bool(per_token_path))
+  finals = [output] + ([per_token_path] if per_token_path else [])
+  partial = [f"{path}.tmp{os.getpid()}" for path in finals]
+  try:
+    with tempfile.TemporaryDirectory(
+        dir=os.path.dirname(os.path.abspath(output))) as spool:
+      counts = _write_streams(job, input_path, partial, spool)
+    for src, dst in zip(partial, finals):
+      os.replace(src, dst)
+  finally:
+    for path in partial:
+      if os.path.exists(path):
+        os.remove(path)
+  return counts
+
+
+def _write_streams(job: _Embedder, input_path: str, paths: list[str],
+                   spool: str) -> tuple[int, int, int]:
+  """The two passes of `write_embeddings` into `paths` (.npy[, .npz])."""
+  n = m = 0
+  width = 1
+  offsets = open(os.path.join(spool, "offsets"), "w+b")
+  tokens = open(os.path.join(spool, "tokens"), "w+b")
+  ids = open(os.path.join(spool, "ids"), "w+b")
+  with offsets, tokens, ids, contextlib.ExitStack() as stack:
+    offsets.write(np.zeros(1, np.int64).tobytes())
+    for chunk in _line_chunks(input_path):
+      n += len(chunk)
+      if job.per_token:  # Token counts and the widest token string.
+        enc = job.tok.encode_batch(chunk)
+        lens = np.asarray([len(e.ids) for e in enc], np.int64)
+        width = max([width] + [len(t) for e in enc for t in e.tokens])
+        offsets.write((m + np.cumsum(lens)).tobytes())
+        m += int(lens.sum())
+    if not n:
+      raise ValueError(f"--input {input_path} is empty: give one sentence "
+                       "per line.")
+    vec = stack.enter_context(open(paths[0], "wb"))
+    vec.write(_npy_header(np.float32, (n, job.hidden)))
+    member = None
+    if job.per_token:
+      zf = stack.enter_context(zipfile.ZipFile(paths[1], "w",
+                                               allowZip64=True))
+      member = zf.open("vectors.npy", "w", force_zip64=True)
+      member.write(_npy_header(np.float32, (m, job.hidden)))
+    written = 0
+    for chunk in _line_chunks(input_path):
+      pooled, per_token = job.chunk(chunk)
+      vec.write(np.ascontiguousarray(pooled, np.float32).tobytes())
+      for t in per_token or ():
+        member.write(np.ascontiguousarray(t.vectors, np.float32).tobytes())
+        tokens.write(np.asarray(t.tokens, f"<U{width}").tobytes())
+        ids.write(np.asarray(t.ids, np.int32).tobytes())
+        written += len(t.ids)
+    if member is not None:
+      member.close()
+      if written != m:
+        raise RuntimeError(f"{input_path} changed while it was read "
+                           f"({m} tokens counted, {written} embedded).")
+      _copy_member(zf, "tokens.npy", f"<U{width}", (m,), tokens)
+      _copy_member(zf, "ids.npy", np.int32, (m,), ids)
+      _copy_member(zf, "offsets.npy", np.int64, (n + 1,), offsets)
+  return n, job.hidden, m
+
+
+def _line_chunks(path: str):
+  """Lists of up to CHUNK_SENTENCES lines of a text file, streamed."""
+  check_input(path)
+  chunk = []
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      chunk.append(line.rstrip("\n"))
+      if len(chunk) == CHUNK_SENTENCES:
+        yield chunk
+        chunk = []
+  if chunk:
+    yield chunk
 
 
 def save_per_token(path: str, per_token: Sequence[TokenVectors]) -> None:
@@ -220,12 +400,14 @@ def save_per_token(path: str, per_token: Sequence[TokenVectors]) -> None:
            offsets=offsets.astype(np.int64))
 
 
-def read_lines(path: str) -> list[str]:
-  """One sentence per line; blank lines are kept so line i -> row i."""
+def check_input(path: str) -> None:
   if not os.path.isfile(path):
     raise FileNotFoundError(f"--input {path} does not exist.")
-  with open(path, encoding="utf-8") as f:
-    lines = f.read().splitlines()
+
+
+def read_lines(path: str) -> list[str]:
+  """One sentence per line; blank lines are kept so line i -> row i."""
+  lines = [line for chunk in _line_chunks(path) for line in chunk]
   if not lines:
     raise ValueError(f"--input {path} is empty: give one sentence per line.")
   return lines

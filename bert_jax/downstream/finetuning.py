@@ -29,7 +29,6 @@ import jax
 import ml_collections
 import numpy as np
 from absl import logging
-from flax import nnx
 from jax.experimental import multihost_utils
 
 from bert_jax import config_lib
@@ -40,9 +39,10 @@ from bert_jax.checkpoints import workdir_lock
 from bert_jax.data import task_sources
 from bert_jax.data import tokenizers
 from bert_jax.downstream import metrics as task_metrics
+from bert_jax.downstream import workdir_task
+from bert_jax.hf import mapping
 from bert_jax.objectives import classify
 from bert_jax.training import config_checks
-from bert_jax.training import sharding
 from bert_jax.training import trainer as trainer_lib
 
 RESULTS_FILE = "results.json"
@@ -57,10 +57,12 @@ _KEEP_FROM_CONFIG = ("hidden_dropout_prob", "attention_probs_dropout_prob",
 # ==============================================================================
 # Task and config.
 # ==============================================================================
-def read_task(config, workdir: str):
+def read_task(config, label_dir: str):
   """(task spec, train rows, {eval split: rows}). GLUE comes from
   task.tfds_data_dir; any other task.name reads the user's files, whose
-  string labels are mapped once and saved as workdir/label_map.json."""
+  string labels are mapped once (label_dir/label_map.json when it holds a
+  resumed run's map; the caller writes the map after its checks). Nothing
+  is written here; an empty split is an error naming it."""
   t = config.task
   user = not t.name.startswith("glue/")
   if user and not (t.train_file and t.validation_file):
@@ -72,31 +74,42 @@ def read_task(config, workdir: str):
       validation_path=t.validation_file,
       text_field=t.text_field if user else "",
       text_pair_field=t.text_pair_field, label_field=t.label_field,
-      regression=t.regression, label_order=t.label_order, label_dir=workdir)
+      regression=t.regression, label_order=t.label_order, label_dir=label_dir,
+      write_label_map=False)
+  for split, split_rows in rows.items():
+    field = "train_file" if split == spec.train_split else "validation_file"
+    task_sources.check_not_empty(split, split_rows, (
+        f"task.{field}={t[field]}" if user else
+        f"{spec.name} in tfds_data_dir={t.tfds_data_dir!r}"))
+  check_task(config, spec)
   train = rows.pop(spec.train_split)
   return spec, train, rows
 
 
-def source_objective(source):
-  """(objective the source was trained with, its full run config or None).
-  Sources without a stored objective (HF, TF, older runs) are BERT's."""
-  stored = source.config
-  name = ((stored.get("objective") or {}).get("name", "bert")
-          if stored is not None else "bert")
-  full = None
-  if stored is not None and "model" in stored:
-    full = config_lib.complete(stored)
-    full.objective.update(stored.get("objective") or {})
-  return objectives.get(name), full
+def class_names(config, spec) -> tuple[str, ...]:
+  """The classes' names in id order: task.label_names, else the labels."""
+  return tuple(config.task.get("label_names") or ()) or spec.label_names
+
+
+def check_task(config, spec) -> None:
+  """The task's own settings against what the files hold (before anything
+  is written)."""
+  names = tuple(config.task.get("label_names") or ())
+  if names and len(names) != len(spec.label_names):
+    raise ValueError(
+        f"task.label_names={names} names {len(names)} classes, but the task "
+        f"has {len(spec.label_names)}"
+        + (f" (labels {', '.join(spec.label_names)}, in id order)"
+           if spec.label_names else " (a regression)")
+        + ": give one name per label, in that order.")
 
 
 def encoder_model_config(source):
   """The BertModel the classifier wraps: the objective's encoder config
   (ELECTRA's discriminator, DistilBERT's student) or the source's model."""
-  objective, full = source_objective(source)
-  if objective.encoder_config is not None and full is not None:
-    return objective.encoder_config(full)
-  return pretrained.load_model_config(source)
+  if source.config is None:  # No model config stored: one clear error.
+    return pretrained.load_model_config(source)
+  return objectives.encoder_config(source.config)
 
 
 def resolve_config(config, source, spec, num_train: int):
@@ -108,10 +121,12 @@ def resolve_config(config, source, spec, num_train: int):
     model[field] = config.model[field]
   model.num_labels = spec.num_labels
   config.model = model
-  if int(model.type_vocab_size) < 2:  # No segment table (DistilBERT).
-    # Pretraining's sentence-pair setting is moot here; its check would
-    # refuse the model.
-    config.data.update(objective=config_lib.PACKED, nsp=False)
+  # The family's classifier (stored with the run: its export class).
+  config.objective.name = finetune_objective(source).name
+  # Whose encoder this is: the head's activation came with it
+  # (model.pooler_act), and the export class follows it.
+  config.objective.encoder = (objectives.encoder_name(source.config)
+                              if source.config is not None else "bert")
   t = config.train
   if t.num_steps <= 0:
     t.num_steps = max(1, math.ceil(t.num_epochs * num_train / t.batch_size))
@@ -163,39 +178,27 @@ class TaskInput:
 # Evaluation: every validation example, the task's official metrics.
 # ==============================================================================
 class Evaluator:
-  """Runs the classifier over each eval split and scores the predictions."""
+  """Scores the classifier's predictions over each eval split.
+
+  Logits and loss sums come from the trainer's predict step
+  (`Trainer.predict`: the objective's `predict` and `loss_sums`), so the
+  eval loss is the train step's loss over every real example."""
 
   def __init__(self, spec, task_input: TaskInput, config):
     self.spec, self.input, self.config = spec, task_input, config
     self.scores: dict = {}  # {split: {metric: value}} of the last call.
     self.examples: dict = {}  # {split: rows scored} (padding excluded).
-    self._predict = None
-
-  def _predict_fn(self, trainer):
-    if self._predict is None:
-      p = trainer.programs
-
-      def predict(params, batch):
-        model = nnx.merge(p.graphdef, params)
-        return classify.logits(model, batch, None, True)
-
-      self._predict = jax.jit(
-          predict, in_shardings=(p.state_sharding["params"], p.batch_sharding),
-          out_shardings=sharding.replicated(p.mesh))
-    return self._predict
 
   def __call__(self, trainer, params) -> dict:
-    predict = self._predict_fn(trainer)
-    names = trainer.programs.objective.feature_spec(self.config)
-    metrics, total_loss, total_weight = {}, 0.0, 0.0
+    metrics, totals, index = {}, {}, 0
     for split, batches in self.input.eval_splits.items():
       outs, labels, weights = [], [], []
       for local in batches:
-        model_in = {k: local[k] for k in names}
-        batch = sharding.global_batch(model_in, trainer.batch_sharding)
-        with trainer.programs.context():
-          out = np.asarray(jax.device_get(predict(params, batch)))
+        sums, predicted = trainer.predict(params, local, index)
+        index += 1
+        totals = {k: totals.get(k, 0.0) + float(v) for k, v in sums.items()}
         # Packed rows: one prediction per slot ([B, S, ...] -> [B*S, ...]).
+        out = np.asarray(predicted["logits"])
         outs.append(out.reshape((-1, out.shape[-1])))
         labels.append(_global_rows(local["labels"]).reshape(-1))
         weights.append(_global_rows(local["example_weights"]).reshape(-1))
@@ -208,9 +211,10 @@ class Evaluator:
       self.examples[split] = int(round(float(w.sum())))
       prefix = "" if len(self.input.eval_splits) == 1 else f"{split}/"
       metrics.update({prefix + k: v for k, v in scores.items()})
-      loss_sum, weight = _loss_sum(out, y, w, self.spec.regression)
-      total_loss, total_weight = total_loss + loss_sum, total_weight + weight
-    metrics["loss"] = total_loss / max(total_weight, 1.0)
+    # Sums added in float64 over every split, divided once (as pretraining's
+    # eval): the loss over all real examples.
+    metrics["loss"] = (float(classify.loss(totals, totals, self.config))
+                       if totals else 0.0)
     return metrics
 
 
@@ -221,59 +225,86 @@ def _global_rows(local: np.ndarray) -> np.ndarray:
   return np.asarray(multihost_utils.process_allgather(local, tiled=True))
 
 
-def _loss_sum(out, labels, weights, regression: bool) -> tuple[float, float]:
-  """The objective's loss summed over real rows, in float64 on the host."""
-  out = out.astype(np.float64)
-  if regression:
-    err = out[:, 0] - labels
-    return float(np.sum(weights * err * err)), float(np.sum(weights))
-  shifted = out - out.max(axis=-1, keepdims=True)
-  logp = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
-  nll = -logp[np.arange(len(labels)), labels.astype(np.int64)]
-  return float(np.sum(weights * nll)), float(np.sum(weights))
-
-
 # ==============================================================================
 # One fine-tuning run.
 # ==============================================================================
-def encoder_init(source, trainer, fresh_params):
-  """Fresh params with the checkpoint's encoder (`bert` subtree) in place:
-  the classifier stays at its random init (reported), as in HF."""
-  objective, full = source_objective(source)
-  if objective.encoder_params is not None and full is not None:
-    # Another family's tree (ELECTRA, ALBERT, DistilBERT): loaded as its
-    # run saved it, the encoder taken out by the objective.
-    loaded, report = pretrained.load_params(source, full.model, config=full)
-    params = dict(jax.device_get(fresh_params))
-    encoder = dict(objective.encoder_params(loaded, full))
-    fresh = sorted(set(params["bert"]) - set(encoder))  # e.g. the pooler.
-    params["bert"] = {**params["bert"], **encoder}
-    logging.info("Encoder (%s objective) from %s (%s); fresh: classifier%s.",
-                 objective.name, source.path, report,
-                 "".join(f", bert/{k}" for k in fresh))
-    return checkpoint_reading.place_params(
-        params, trainer.abstract_state["params"], source=source.path)
-  # Loaded with the source's own head width (an exported classifier of
-  # another task loads too); only its encoder is kept.
-  model_config = ml_collections.ConfigDict(trainer.config.model.to_dict())
-  model_config.num_labels = pretrained.load_model_config(source).get(
-      "num_labels", model_config.num_labels)
-  loaded, report = pretrained.load_params(source, model_config,
-                                          seed=trainer.config.train.seed)
-  if "bert" not in loaded:
-    raise ValueError(f"{source.path} holds no BERT encoder (no 'bert' params).")
+def finetune_objective(source):
+  """The objective that fine-tunes `source`: its family's classifier
+  (``Objective.finetune_objective``), else BERT's "classify"."""
+  objective = objectives.get(source.objective)
+  return objectives.get(objective.finetune_objective or "classify")
+
+
+def encoder_init(source, config, fresh_params, abstract_params):
+  """Fresh params with the checkpoint's encoder (`bert` subtree) in place,
+  placed like `abstract_params` (the train state's, with their shardings):
+  the classifier stays at its random init (reported), as in HF. The
+  source's params are loaded as its run saved them (any family, an exported
+  classifier of another task too) and the objective takes the encoder out;
+  a family with its own classifier (ModernBERT, ``Objective.finetune_params``)
+  says what that classifier takes over. `config` is the run's
+  (resolve_config)."""
+  objective = objectives.get(source.objective)
+  if objective.finetune_params is not None:
+    loaded, report = pretrained.load_params(
+        source, pretrained.load_model_config(source), seed=config.train.seed)
+    params = objective.finetune_params(loaded,
+                                       dict(jax.device_get(fresh_params)))
+    logging.info("Encoder (%s objective) from %s (%s).", objective.name,
+                 source.path, report)
+    return checkpoint_reading.place_params(params, abstract_params,
+                                           source=source.path)
+  loaded, report = pretrained.load_params(source, seed=config.train.seed)
   params = dict(jax.device_get(fresh_params))
-  params["bert"] = loaded["bert"]
-  logging.info("Encoder from %s (%s); classifier initialized fresh.",
-               source.path, report)
-  return checkpoint_reading.place_params(params, trainer.abstract_state["params"],
-                                    source=source.path)
+  encoder = dict(objectives.encoder_params(loaded, source.config))
+  # What the classifier starts fresh: what the encoder lacks, and what the
+  # import filled fresh and the encoder kept (a BertForMaskedLM's pooler).
+  # The source's other fresh heads (a BertModel's MLM / NSP) are none of
+  # the classifier's: not reported.
+  flat_loaded = mapping.flatten_params(loaded)
+  filled = {id(v) for k, v in flat_loaded.items()
+            if any(k == h or k.startswith(h + ".") for h in report.fresh)}
+  fresh = set(params["bert"]) - set(encoder) | {
+      k.split(".")[0] for k, v in mapping.flatten_params(encoder).items()
+      if id(v) in filled}
+  report.fresh = []
+  params["bert"] = {**params["bert"], **encoder}
+  logging.info("Encoder (%s objective) from %s (%s); fresh: classifier%s.",
+               source.objective, source.path, report,
+               "".join(f", bert/{k}" for k in sorted(fresh)))
+  return checkpoint_reading.place_params(params, abstract_params,
+                                         source=source.path)
+
+
+def _resumes(workdir: str) -> bool:
+  """Whether `workdir` holds a committed checkpoint (a rerun resumes it)."""
+  try:
+    return bool(checkpoint_reading.committed_steps(workdir))
+  except FileNotFoundError:
+    return False
+
+
+def _train_loss(metrics: dict, workdir: str) -> dict:
+  """results.json's train_loss: the mean per-step loss of the last log
+  window (Trainer: the steps since the previous log line) and those steps.
+  A run resumed after its end trains nothing: the last checkpoint's."""
+  if "window_loss" not in metrics:
+    steps = checkpoint_reading.committed_steps(workdir)
+    metrics = checkpoint_reading.read_meta(workdir, steps[-1]).get(
+        "metrics") or {}
+  if "window_loss" not in metrics:
+    return dict(train_loss=None, train_loss_steps=None)
+  last = int(metrics["window_first_step"]) + int(metrics["window_steps"]) - 1
+  return dict(train_loss=metrics["window_loss"],
+              train_loss_steps=[int(metrics["window_first_step"]), last])
 
 
 def run(config: ml_collections.ConfigDict, workdir: str, *,
         take_over_workdir: bool = False) -> dict:
   """Fine-tune per `config` in `workdir` (resuming) and evaluate; returns
-  the results written to workdir/results.json."""
+  the results written to workdir/results.json, or
+  {"preempted_at_step": N} when a SIGTERM stopped it (a checkpoint of step
+  N is committed; no results are written: rerun to finish)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   if not config.train.init_from:
     raise ValueError("train.init_from is empty: name the checkpoint to "
@@ -288,14 +319,23 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
   config_checks.validate(probe, jax.device_count(), jax.process_count(),
                          check_sources=False)
   with workdir_lock.hold(workdir, take_over=take_over_workdir) as lock:
-    spec, train_rows, eval_rows = read_task(config, workdir)
+    # ---- Every check that reads the task, before this run writes a file.
+    resumes = _resumes(workdir)  # Only a resumed run keeps its label map.
+    spec, train_rows, eval_rows = read_task(config, workdir if resumes
+                                            else "")
     tok = tokenizers.load(tok_spec.path, tok_spec.kind, tok_spec.lower_case)
     config = resolve_config(config, source, spec,
                             _train_units(config, train_rows, tok))
-    config_checks.validate(config, jax.device_count(), jax.process_count(),
-                           check_sources=False)
+    phases = config_checks.validate(config, jax.device_count(),
+                                    jax.process_count(), check_sources=False)
     config_checks.check_tokenizer(config, tok)
-    pretrained.record_tokenizer(workdir, tok)  # What an export ships with.
+    task_record = workdir_task.check(config, workdir, resumes)
+    # ---- The workdir's own files: what a rerun and an export read back.
+    if jax.process_index() == 0:
+      if not spec.name.startswith("glue/") and not spec.regression:
+        task_sources.save_label_map(workdir, spec.label_names)
+      workdir_task.write(workdir, task_record)
+    pretrained.record_tokenizer(workdir, tok)
     logging.info("Task %s: %d train rows, eval %s; %d steps of batch %d.",
                  spec.name, len(train_rows),
                  {k: len(v) for k, v in eval_rows.items()},
@@ -304,22 +344,26 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
     evaluator = Evaluator(spec, task_input, config)
     trainer = trainer_lib.Trainer(
         config, workdir, data=task_input,
-        objective=objectives.get("classify"), evaluate=evaluator,
-        init_params=lambda t, fresh: encoder_init(source, t, fresh))
+        objective=finetune_objective(source), evaluate=evaluator,
+        init_params=lambda fresh, abstract: encoder_init(
+            source, config, fresh, abstract), phases=phases)
     start = time.time()
     metrics = trainer_lib.run_trainer(trainer, lock)
+    if "preempted_at_step" in metrics:  # Not finished: no final results.
+      return {"preempted_at_step": metrics["preempted_at_step"]}
     if not evaluator.scores:  # Resumed after the end: evaluate once more.
       evaluator(trainer, trainer.final_state["params"])
     results = dict(
         task=spec.name, init_from=source.path, init_step=source.step,
         step=int(config.train.num_steps), seconds=time.time() - start,
         learning_rate=config.train.learning_rate, seed=config.train.seed,
-        label_names=list(spec.label_names), scores=evaluator.scores,
+        label_names=list(class_names(config, spec)),
+        scores=evaluator.scores,
         eval_examples=evaluator.examples,
         main_score=task_metrics.main_score(
             {f"{s}/{k}": v for s, d in evaluator.scores.items()
              for k, v in d.items()}),
-        train_loss=metrics.get("loss"))
+        **_train_loss(metrics, workdir))
     if jax.process_index() == 0:
       with tf.io.gfile.GFile(os.path.join(workdir, RESULTS_FILE), "w") as f:
         json.dump(results, f, indent=1)
@@ -347,7 +391,10 @@ def sweep(config, workdir: str, learning_rates, seeds) -> dict:
     for seed in seeds:
       c = ml_collections.ConfigDict(config.to_dict())
       c.train.learning_rate, c.train.seed = float(lr), int(seed)
-      runs.append(run(c, os.path.join(workdir, f"lr{lr:g}-seed{seed}")))
+      result = run(c, os.path.join(workdir, f"lr{lr:g}-seed{seed}"))
+      if "preempted_at_step" in result:  # The rerun resumes this run.
+        return result
+      runs.append(result)
   summary = dict(task=runs[0]["task"], runs=runs, **summarize_sweep(runs))
   if jax.process_index() == 0:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top

@@ -5,8 +5,8 @@
 
 --model is a training workdir (latest checkpoint, or --step; an ELECTRA
 run fills with its generator), an ELECTRA export (discriminator/ +
-generator/), a Hugging Face BERT, ALBERT or DistilBERT directory (ours
-from tools/convert_to_hf.py, or anyone's), a Google TF
+generator/), a Hugging Face BERT, ALBERT, DistilBERT or ModernBERT
+directory (ours from tools/convert_to_hf.py, or anyone's), a Google TF
 checkpoint directory, or a tools/convert_from_hf.py output. The model runs in
 JAX (float32); tokenization uses the `tokenizers` library with the same
 tokenizer.json an export writes, so no TensorFlow and no torch are imported.
@@ -23,6 +23,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from bert_jax import objectives
 from bert_jax import pretrained
 from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
@@ -34,17 +35,39 @@ _CLEANUP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"),
 
 
 def load(path: str, step: int | None = None):
-  """-> (params, model config, LoadedTokenizer, family) for any --model."""
+  """-> (params, model config, LoadedTokenizer, family) for any --model:
+  its run's masked LM (``objectives.masked_lm``; ELECTRA's generator).
+
+  ValueError when it has none: a fine-tuned classifier, or a Hugging Face
+  directory without an MLM head (a BertModel such as sentence-transformers'
+  MiniLM), whose head would be a fresh random init.
+  """
   source = pretrained.resolve(path, step)
-  tokenizer = pretrained.load_tokenizer(
-      pretrained.resolve(f"{path}/generator")
-      if source.kind == pretrained.ELECTRA else source)
-  generator = pretrained.electra_generator(source)
-  if generator is not None:  # ELECTRA: the generator is the MLM.
-    return (*generator, tokenizer, "electra_generator")
-  model_config = pretrained.load_model_config(source)
-  params, _ = pretrained.load_params(source, model_config)
-  return params, model_config, tokenizer, "bert"
+  params, report = pretrained.load_params(source)
+  if MLM_HEAD in report.fresh:
+    raise ValueError(no_masked_lm_head(f"--model={path}"))
+  try:
+    model = objectives.masked_lm(source.config, params)
+  except ValueError as e:  # A fine-tuned classifier: name what it came from.
+    start = (source.config.get("train") or {}).get("init_from", "")
+    raise ValueError(f"--model={path}: {e}" + (
+        f" Fill masks with the model it was fine-tuned from: {start}."
+        if start else "")) from None
+  return (model.params, model.model_config, pretrained.load_tokenizer(source),
+          model.family)
+
+
+MLM_HEAD = "mlm_head"  # Our prefix of the masked-LM head (every family).
+
+
+def no_masked_lm_head(what: str) -> str:
+  """The refusal of fill_mask and zero_shot for a model (`what`: how the
+  user named it) whose masked-LM head the source lacks (it would be a
+  random init)."""
+  return (f"{what} has no masked-LM head (a BertModel checkpoint, "
+          "e.g. sentence-transformers'): filling masks needs one trained "
+          "with MLM (a pretraining workdir or a BertForMaskedLM / "
+          "BertForPreTraining directory).")
 
 
 class FillMask:
@@ -53,18 +76,16 @@ class FillMask:
   def __init__(self, params, model_config,
                tokenizer: tokenizer_files.LoadedTokenizer,
                family: str = "bert"):
-    model = mapping.make_model(
-        params, model_config, dtype="float32",
-        family=family if family and family != "bert" else
-        mapping.family_of_params(params))
+    model = mapping.make_model(params, model_config, dtype="float32",
+                               family=family)
     graphdef, state = nnx.split(model)
     self._state = state
 
     # The embedding table may be padded past the tokenizer's pieces (a
     # vocab_size rounded up, or a small corpus's SentencePiece model): those
-    # rows are no token and are never returned. Probabilities stay a softmax
-    # over the whole table, as Hugging Face's fill-mask pipeline computes
-    # them, so scores agree with it.
+    # rows are no token. They are left out of the softmax, as an export
+    # leaves them out of the model (hf.vocab), so a workdir and its export
+    # give the same scores here and in Hugging Face's fill-mask pipeline.
     self.vocab_size = min(int(model_config.vocab_size),
                           int(tokenizer.tokenizer.get_vocab_size()))
     self.max_positions = int(model_config.max_position_embeddings)
@@ -74,9 +95,8 @@ class FillMask:
     def logits_fn(state, ids, mask, seg):
       model = nnx.merge(graphdef, state)
       out = model(ids, mask, seg, deterministic=True)
-      logits = out["mlm_logits"].astype(jax.numpy.float32)
-      real = jax.numpy.arange(logits.shape[-1]) < n
-      return jax.numpy.where(real, jax.nn.softmax(logits, axis=-1), 0.0)
+      logits = out["mlm_logits"].astype(jax.numpy.float32)[..., :n]
+      return jax.nn.softmax(logits, axis=-1)
 
     self._probs = logits_fn
     self.tokenizer = tokenizer

@@ -3,10 +3,13 @@
   mapping          the table format, the registry (``TABLE_MODULES``: every
                    family and its module, loaded on first use) and the
                    conversions both ways (our param tree <-> HF state dicts)
-  bert             BERT (pretraining, MLM, BertModel) and sequence
-                   classification tables
+  bert             BERT (pretraining, MLM, BertModel)
   families         ALBERT and DistilBERT tables and config.json conversions
   electra          ELECTRA's two networks and the pair directory
+  classify         fine-tuned classifiers, each as its encoder family's
+                   Hugging Face sequence-classification class
+  vocab            vocabulary rows past the tokenizer: trimmed on export,
+                   padded back on import
   checkpoint_io    safetensors / pytorch_model.bin / TF checkpoint / config.json
                    reading and writing, our imported-directory format
   tokenizer_files  our tokenizers as `tokenizers` objects and HF tokenizer files

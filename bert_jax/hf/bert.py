@@ -1,11 +1,6 @@
-"""BERT's Hugging Face tables: ``bert`` (BertForPreTraining / MaskedLM /
-BertModel) and ``bert_classify`` (BertForSequenceClassification: BERT's
-encoder rows plus the classifier).
-
-Export writes ``classifier.weight`` (our kernel transposed) and
-``classifier.bias``; import fills a missing classifier fresh (a BertModel or
-BertForPreTraining directory) and reports it. Listed in
-``mapping.TABLE_MODULES``, read both ways by ``mapping``.
+"""BERT's Hugging Face table: ``bert`` (BertForPreTraining / MaskedLM /
+BertModel). Listed in ``mapping.TABLE_MODULES``, read both ways by
+``mapping``; its sequence-classification table is in ``hf.classify``.
 """
 
 from __future__ import annotations
@@ -71,49 +66,8 @@ BERT = mapping.register(Family(
                    ("cls.predictions.", "BertForMaskedLM")),
     default_architecture="BertModel",
     base_prefix="bert.",
-    shape_fields={"word_embeddings": "vocab_size", "mlm_head.bias": "vocab_size",
-                  "position_embeddings": "max_position_embeddings",
-                  "token_type_embeddings": "type_vocab_size",
-                  "intermediate": "intermediate_size"},
     export_architecture="BertForPreTraining",
     objectives=("bert",),
+    masked_lm=True,
     sentence_heads=("bert.pooler", "cls.seq_relationship"),
-))
-
-
-
-
-def _bert_classify_model(model_config, rngs):
-  return model_lib.BertForSequenceClassification(model_config, rngs=rngs)
-
-
-def classification_fields(model_config, label_names=()) -> dict:
-  """config.json entries of HF sequence classification: num_labels,
-  id2label / label2id (the run's names, else LABEL_i) and problem_type
-  (regression for one output, as HF infers it)."""
-  n = int(model_config.num_labels)
-  names = list(label_names) if len(label_names) == n else [
-      f"LABEL_{i}" for i in range(n)]
-  return dict(num_labels=n, id2label={str(i): x for i, x in enumerate(names)},
-              label2id={x: i for i, x in enumerate(names)},
-              problem_type="regression" if n == 1 else
-              "single_label_classification")
-
-
-BERT_CLASSIFY = mapping.register(mapping.Family(
-    name="bert_classify", model_type="bert", make_model=_bert_classify_model,
-    # The encoder rows are BERT's; the classifier replaces the pretraining
-    # heads (HF BertForSequenceClassification: pooler -> dropout -> linear).
-    rows=tuple(r for r in BERT.rows if r.ours.startswith("bert.")) + (
-        mapping.Row("classifier.kernel", "classifier.weight", "output_weights", True, True),
-        mapping.Row("classifier.bias", "classifier.bias", "output_bias", False, False),
-    ),
-    heads={"bert.pooler": "bert.pooler", "classifier": "classifier"},
-    architectures=(("classifier.", "BertForSequenceClassification"),),
-    default_architecture="BertModel",
-    base_prefix="bert.",
-    shape_fields=dict(BERT.shape_fields, classifier="num_labels"),
-    export_architecture="BertForSequenceClassification",
-    objectives=("classify",),
-    config_fields=classification_fields,
 ))

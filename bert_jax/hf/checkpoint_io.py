@@ -14,19 +14,20 @@ import glob
 import json
 import logging
 import os
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from safetensors import safe_open
+from safetensors import numpy as safetensors_numpy
 from safetensors.numpy import load_file
-from safetensors.numpy import save_file
-from tokenizers import Tokenizer
 
 from bert_jax import config_lib
+from bert_jax.hf import importing
 from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
+from bert_jax.hf import vocab
 
 # HF BertConfig fields that our model config shares, by the same name.
 MODEL_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
@@ -42,6 +43,12 @@ ARCH_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
                "layer_norm_eps")
 
 UNTRAINED_HEADS_NOTE = "UNTRAINED_HEADS.md"
+# config.json special-token ids (ModernBertConfig's) -> the
+# tokenizer_config.json entry naming the token: [CLS] opens and [SEP] ends.
+_SPECIAL_ID_TOKENS = (("cls_token_id", "cls_token"),
+                      ("bos_token_id", "cls_token"),
+                      ("sep_token_id", "sep_token"),
+                      ("eos_token_id", "sep_token"))
 
 # Files written by tools/convert_from_hf.py (our own format, no torch needed).
 IMPORTED_PARAMS = "params.safetensors"
@@ -85,8 +92,11 @@ def hf_config_from_model_config(model_config, *, pad_token_id: int = 0,
 
 
 def model_config_from_hf_config(hf_config: Mapping[str, Any]):
-  """An HF config dict (or Google bert_config.json) -> our model config."""
-  fam = mapping.by_model_type(hf_config.get("model_type", "bert"))
+  """An HF config dict (or Google bert_config.json) -> our model config
+  (the conversion of the family its class and model_type name)."""
+  fam = mapping.for_hf_config(hf_config)
+  if hf_config.get("model_type", "bert") != fam.model_type:
+    fam = mapping.by_model_type(hf_config["model_type"])
   if fam.config_from_hf is not None:
     return fam.config_from_hf(hf_config)
   cfg = config_lib.model_config("base")
@@ -115,12 +125,16 @@ def model_config_from_hf_config(hf_config: Mapping[str, Any]):
   return cfg
 
 
-def check_same_architecture(src, dst, path: str) -> None:
-  """ValueError naming the first ARCH_FIELDS entry where src and dst differ."""
+def check_same_architecture(src, dst, path: str,
+                            field: str = "train.init_from",
+                            note: str = "") -> None:
+  """ValueError naming the first ARCH_FIELDS entry where src (the model at
+  `path`, given as config `field`) and dst differ; `note` says what the
+  config's model is, when that is not obvious."""
   for f in ARCH_FIELDS:
     if src[f] != dst[f]:
-      raise ValueError(f"train.init_from={path} has model.{f}={src[f]}, but "
-                       f"the config has model.{f}={dst[f]}; set "
+      raise ValueError(f"{field}={path} has model.{f}={src[f]}, but the "
+                       f"config has model.{f}={dst[f]}{note}; set "
                        f"--config.model.{f}={src[f]}.")
 
 
@@ -192,7 +206,7 @@ def read_hf_state_dict(path: str) -> tuple[dict[str, np.ndarray], str]:
     import tensorflow as tf  # Lazy: only Google's TF checkpoints need it.
     reader = tf.train.load_checkpoint(prefix)
     names = reader.get_variable_to_shape_map()
-    state = mapping.TF_TRAINING_STATE
+    state = importing.TF_TRAINING_STATE
     sd = {n: reader.get_tensor(n) for n in sorted(names)
           if not state.search(n)}
     sd.update({n: np.zeros(()) for n in names if state.search(n)})
@@ -202,7 +216,7 @@ def read_hf_state_dict(path: str) -> tuple[dict[str, np.ndarray], str]:
 
 
 def load_hf_params(path: str, model_config=None, *, family: str = "bert",
-                   seed: int = 0) -> tuple[dict, mapping.ImportReport]:
+                   seed: int = 0) -> tuple[dict, importing.ImportReport]:
   """Load weights from an HF dir / TF checkpoint as our param tree.
 
   `model_config`: our model config to load into; None derives it from the
@@ -216,43 +230,59 @@ def load_hf_params(path: str, model_config=None, *, family: str = "bert",
                               "pass model_config.")
     model_config = model_config_from_hf_config(hf_cfg)
   sd, fmt = read_hf_state_dict(path)
-  return mapping.from_hf_state_dict(sd, model_config, family=family, seed=seed,
+  return importing.from_hf_state_dict(sd, model_config, family=family, seed=seed,
                                     source=path, fmt=fmt)
+
+
+def write_safetensors(path: str, tensors, metadata) -> None:
+  """A safetensors file created like every other file we write (mode 0666
+  less the umask: 0644 by default). safetensors' own save_file creates it
+  0600, so nobody else on the machine could load an export."""
+  with open(path, "wb") as f:
+    f.write(safetensors_numpy.save(tensors, metadata=metadata))
 
 
 # --------------------------------------------------------------------------
 # Our imported-directory format (tools/convert_from_hf.py)
 # --------------------------------------------------------------------------
 def save_imported(out_dir: str, params, model_config,
-                  report: mapping.ImportReport,
-                  data_overrides: Mapping[str, Any] | None = None) -> None:
-  """Write our param tree (flat dotted keys) + model config for init_from."""
+                  report: importing.ImportReport,
+                  data_overrides: Mapping[str, Any] | None = None,
+                  objective: Mapping[str, Any] | None = None) -> None:
+  """Write our param tree (flat dotted keys) + model config for init_from;
+  `objective`: the objective group of the source (which objective's params
+  these are; directories without one hold BERT's)."""
   os.makedirs(out_dir, exist_ok=True)
   flat = {k: mapping.f32(v) for k, v in mapping.flatten_params(params).items()}
-  save_file(flat, os.path.join(out_dir, IMPORTED_PARAMS),
-            metadata={"format": "bert_jax"})
+  write_safetensors(os.path.join(out_dir, IMPORTED_PARAMS), flat,
+                    {"format": "bert_jax"})
+  stored = {"model": dict(model_config.to_dict()),
+            "data": dict(data_overrides or {})}
+  if objective is not None:
+    stored["objective"] = dict(objective)
   with open(os.path.join(out_dir, IMPORTED_CONFIG), "w") as f:
-    json.dump({"model": dict(model_config.to_dict()),
-               "data": dict(data_overrides or {})}, f, indent=2)
+    json.dump(stored, f, indent=2)
   with open(os.path.join(out_dir, IMPORT_REPORT), "w") as f:
     json.dump(report.to_json(), f, indent=2)
 
 
 def read_imported_config(path: str) -> dict:
-  """{"model": ..., "data": ...} of an imported directory."""
+  """{"model": ..., "data": ...[, "objective": ...]} of an imported
+  directory (``config_lib.complete`` gives the default objective to those
+  without one)."""
   with open(os.path.join(path, IMPORTED_CONFIG)) as f:
     return json.load(f)
 
 
-def load_imported(path: str) -> tuple[dict, Any, mapping.ImportReport]:
+def load_imported(path: str) -> tuple[dict, Any, importing.ImportReport]:
   """Read a convert_from_hf.py directory -> (params, model config, report)."""
   flat = load_file(os.path.join(path, IMPORTED_PARAMS))
   cfg = ml_collections.ConfigDict(read_imported_config(path)["model"])
-  report = mapping.ImportReport(source=path, format="bert_jax")
+  report = importing.ImportReport(source=path, format="bert_jax")
   report_path = os.path.join(path, IMPORT_REPORT)
   if os.path.isfile(report_path):
     with open(report_path) as f:
-      report = mapping.ImportReport(**json.load(f))
+      report = importing.ImportReport(**json.load(f))
     report.notes = list(report.notes) + [f"Read from {path}."]
   return mapping.unflatten_params(flat), cfg, report
 
@@ -260,6 +290,16 @@ def load_imported(path: str) -> tuple[dict, Any, mapping.ImportReport]:
 # --------------------------------------------------------------------------
 # Export
 # --------------------------------------------------------------------------
+class HFModel(NamedTuple):
+  """One Hugging Face model directory of an export (an objective's
+  ``hf_export`` entries; ``bert_jax.export`` writes each with
+  :func:`save_hf_model`)."""
+  subdir: str  # under the export directory; "" = the directory itself
+  family: str  # the hf.mapping table: names, config.json, architecture
+  model_config: Any  # our model config of this model
+  params: Any  # its param tree (the family's layout)
+
+
 def save_hf_model(out_dir: str, params, model_config, *,
                   tokenizer: tokenizer_files.TokenizerSpec | None = None,
                   untrained_heads: tuple[str, ...] = (),
@@ -268,40 +308,53 @@ def save_hf_model(out_dir: str, params, model_config, *,
                   label_names=()) -> list[str]:
   """Write an HF directory of the family; returns the files written.
 
-  config.json (architectures: the family's export class, plus the family's
-  own fields, e.g. id2label from `label_names` for classification) +
-  model.safetensors (float32, tied weights written explicitly) + tokenizer
-  files. `untrained_heads` (HF prefixes, e.g. from
-  ``pretrained.untrained_heads``) are flagged: a warning, a note file, and a
-  key in config.json.
+  config.json (the family's config conversion, plus its own fields, e.g.
+  id2label from `label_names` for classification) + model.safetensors
+  (float32, tied weights written explicitly) + tokenizer files, the pad id
+  read from the tokenizer. With a tokenizer smaller than the table, the
+  rows past it (padding, no token) are left out and config.json's
+  vocab_size is the tokenizer's (``hf.vocab``). `untrained_heads` (HF
+  prefixes) are flagged: a warning, a note file, and a key in config.json.
+  The checks (params vs model.vocab_size, tokenizer vs vocab_size) run
+  before anything is written.
   """
-  os.makedirs(out_dir, exist_ok=True)
-  sd = mapping.to_hf_state_dict(params, family=family)
-  word = next(r.hf for r in mapping.get(family).rows
-              if r.ours.endswith("word_embeddings"))
-  if int(sd[word].shape[0]) != int(model_config.vocab_size):
-    raise ValueError("params do not match model.vocab_size.")
-  save_file(sd, os.path.join(out_dir, "model.safetensors"),
-            metadata={"format": "pt"})
-  written = ["model.safetensors"]
-  pad_id = 0
+  fam = mapping.get(family)
+  if vocab.rows(params) != int(model_config.vocab_size):
+    raise ValueError(f"The params have {vocab.rows(params)} vocabulary rows "
+                     f"but model.vocab_size={model_config.vocab_size}.")
+  pad_id, tok = 0, None
   if tokenizer is not None:
-    cfg = tokenizer_files.write_hf_tokenizer_files(
-        out_dir, tokenizer,
+    tok = tokenizer_files.build_hf_tokenizer(tokenizer)
+    n_tok = tok.get_vocab_size(with_added_tokens=True)
+    if n_tok > int(model_config.vocab_size):
+      raise ValueError(f"The tokenizer has {n_tok} tokens but "
+                       f"model.vocab_size={model_config.vocab_size}.")
+    if n_tok < int(model_config.vocab_size):  # Padded rows: no token.
+      logging.info("Vocabulary: the tokenizer has %d tokens; the %d rows of "
+                   "the table past them are left out (config.json "
+                   "vocab_size=%d).", n_tok,
+                   int(model_config.vocab_size) - n_tok, n_tok)
+      params = vocab.trim(params, n_tok)
+      model_config = ml_collections.ConfigDict(model_config.to_dict())
+      model_config.vocab_size = n_tok
+    pad = tok.token_to_id(tokenizer_files.SPECIAL_TOKENS["pad_token"])
+    pad_id = 0 if pad is None else pad
+  sd = mapping.to_hf_state_dict(params, family=family)
+  os.makedirs(out_dir, exist_ok=True)
+  write_safetensors(os.path.join(out_dir, "model.safetensors"), sd,
+                    {"format": "pt"})
+  written = ["config.json", "model.safetensors"]
+  tok_cfg = {}
+  if tok is not None:
+    tok_cfg = tokenizer_files.write_hf_tokenizer_files(
+        out_dir, tokenizer, tokenizer=tok,
         model_max_length=int(model_config.max_position_embeddings))
     written += ["tokenizer.json", "tokenizer_config.json",
                 "special_tokens_map.json",
                 "vocab.txt" if tokenizer.kind == "wordpiece" else
                 "spiece.model"]
-    tok = Tokenizer.from_file(os.path.join(out_dir, "tokenizer.json"))
-    pad = tok.token_to_id(cfg.get("pad_token", "[PAD]"))
-    pad_id = 0 if pad is None else pad
-    n_tok = tok.get_vocab_size(with_added_tokens=True)
-    if n_tok > int(model_config.vocab_size):
-      raise ValueError(f"The tokenizer has {n_tok} tokens but "
-                       f"model.vocab_size={model_config.vocab_size}.")
-  fields = mapping.get(family).config_fields
-  extra = dict(fields(model_config, tuple(label_names))) if fields else {}
+  extra = dict(fam.config_fields(model_config, tuple(label_names))
+               ) if fam.config_fields else {}
   if source:
     extra["bert_jax_source"] = source
   if untrained_heads:
@@ -316,7 +369,11 @@ def save_hf_model(out_dir: str, params, model_config, *,
     written.append(UNTRAINED_HEADS_NOTE)
   cfg = hf_config_from_model_config(model_config, pad_token_id=pad_id,
                                     family=family, extra=extra)
+  if tokenizer is not None:  # Families whose config names more special ids.
+    for key, token in _SPECIAL_ID_TOKENS:
+      tok_id = tok.token_to_id(tok_cfg.get(token, ""))
+      if key in cfg and tok_id is not None:
+        cfg[key] = int(tok_id)
   with open(os.path.join(out_dir, "config.json"), "w") as f:
     json.dump(cfg, f, indent=2)
-  written.insert(0, "config.json")
   return written

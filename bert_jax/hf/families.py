@@ -110,11 +110,9 @@ ALBERT = mapping.register(mapping.Family(
     architectures=(("sop_classifier.", "AlbertForPreTraining"),
                    ("predictions.", "AlbertForMaskedLM")),
     default_architecture="AlbertModel", base_prefix="albert.",
-    shape_fields={"word_embeddings": "vocab_size", "mlm_head.bias": "vocab_size",
-                  "position_embeddings": "max_position_embeddings",
-                  "token_type_embeddings": "type_vocab_size",
-                  "intermediate": "intermediate_size",
-                  "embeddings.": "embedding_size"},
+    shape_fields={"embeddings.": "embedding_size"},
+    objectives=("albert",), masked_lm=True,
+    sentence_heads=("albert.pooler", "sop_classifier"),
     blocks_field="num_hidden_groups",
     config_to_hf=_albert_to_hf, config_from_hf=_albert_from_hf,
 ))
@@ -196,8 +194,8 @@ DISTILBERT = mapping.register(mapping.Family(
     heads={"mlm_head": "vocab_"},
     architectures=(("vocab_projector.", "DistilBertForMaskedLM"),),
     default_architecture="DistilBertModel", base_prefix="distilbert.",
-    shape_fields={"word_embeddings": "vocab_size", "mlm_head.bias": "vocab_size",
-                  "position_embeddings": "max_position_embeddings",
-                  "intermediate": "intermediate_size"},
+    # The student of a distillation run (objectives/distil.py).
+    objectives=("distil",), masked_lm=True,
+    objective_fields=lambda mc: {"student_layers": int(mc.num_hidden_layers)},
     config_to_hf=_distil_to_hf, config_from_hf=_distil_from_hf,
 ))

@@ -194,13 +194,15 @@ def build_hf_tokenizer(spec: TokenizerSpec):
 
 
 def write_hf_tokenizer_files(out_dir: str, spec: TokenizerSpec, *,
-                             model_max_length: int = 512) -> dict:
+                             model_max_length: int = 512,
+                             tokenizer=None) -> dict:
   """tokenizer.json + tokenizer_config.json (+ vocab.txt or the .model).
 
   Returns the tokenizer_config dict. AutoTokenizer.from_pretrained(out_dir)
-  loads the result with no custom code.
+  loads the result with no custom code. `tokenizer`: the spec's
+  :func:`build_hf_tokenizer`, when the caller already built it.
   """
-  tok = build_hf_tokenizer(spec)
+  tok = tokenizer if tokenizer is not None else build_hf_tokenizer(spec)
   os.makedirs(out_dir, exist_ok=True)
   tok.save(os.path.join(out_dir, "tokenizer.json"))
   vocab = tok.get_vocab()

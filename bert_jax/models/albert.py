@@ -64,7 +64,7 @@ class AlbertModel(nnx.Module):
       for layer in self.groups[self.group_of_layer(i)].layers:
         x = model_lib.apply_layer(layer, x, mask, self.remat_policy,
                                   deterministic=deterministic, rngs=rngs)
-    return x, model_lib.pool(self.pooler, x, cls_positions)
+    return x, model_lib.pool(self.pooler, x, cls_positions=cls_positions)
 
 
 class AlbertForPreTraining(nnx.Module):

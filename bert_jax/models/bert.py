@@ -23,6 +23,7 @@ from bert_jax.models import logical
 from bert_jax.models.attention import ATTENTION_IMPLS
 from bert_jax.models.attention import SelfAttention
 from bert_jax.models.layers import ACTIVATIONS
+from bert_jax.models.layers import POOLER_ACTIVATIONS
 from bert_jax.models.layers import REMAT_POLICIES
 from bert_jax.models.layers import Dense
 from bert_jax.models.layers import LayerNorm
@@ -139,9 +140,11 @@ def cls_states(x, cls_positions=None):
   return jnp.take_along_axis(x, cls_positions[..., None], axis=1)
 
 
-def pool(pooler, x, cls_positions=None):
-  """Dense + tanh on the [CLS] position(s), in float32 ([B,H] or [B,S,H])."""
-  return jnp.tanh(pooler(cls_states(x, cls_positions)).astype(jnp.float32))
+def pool(pooler, x, act: str = "tanh", cls_positions=None):
+  """Dense + activation (``model.pooler_act``; BERT's tanh) on the [CLS]
+  position(s), in float32 ([B,H] or [B,S,H])."""
+  return POOLER_ACTIVATIONS[act](
+      pooler(cls_states(x, cls_positions)).astype(jnp.float32))
 
 
 def run_layers(layers, x, mask, remat_policy: str, *, deterministic, rngs):
@@ -191,7 +194,8 @@ def check_unfactorized(config) -> None:
 
 
 class BertModel(nnx.Module):
-  """Embeddings, encoder stack and pooler (dense + tanh on [CLS]).
+  """Embeddings, encoder stack and pooler (dense + ``model.pooler_act``,
+  BERT's tanh, on [CLS]).
 
   With E != H (``model.embedding_size``) an ``embeddings_project`` E -> H
   follows the embeddings: the encoder of a fine-tuned ELECTRA discriminator
@@ -209,6 +213,7 @@ class BertModel(nnx.Module):
     self.remat_policy = config.remat_policy
     self.pooler = Dense(config, config.hidden_size, config.hidden_size,
                         ("embed", None), rngs=rngs) if add_pooling_layer else None
+    self.pooler_act = config.pooler_act
 
   def __call__(self, input_ids, input_mask, segment_ids, *,
                deterministic=True, rngs=None, sequence_ids=None,
@@ -228,7 +233,7 @@ class BertModel(nnx.Module):
                    self.remat_policy, deterministic=deterministic, rngs=rngs)
     if self.pooler is None:
       return x, None
-    return x, pool(self.pooler, x, cls_positions)
+    return x, pool(self.pooler, x, self.pooler_act, cls_positions)
 
   def hidden_states(self, input_ids, input_mask, segment_ids,
                     num_layers: int | None = None) -> list:
@@ -380,6 +385,9 @@ def validate_model_config(config: ml_collections.ConfigDict) -> None:
   if remat != "none" and remat not in REMAT_POLICIES:
     raise ValueError(f"model.remat_policy={remat!r} must be 'none' or one of "
                      f"{tuple(REMAT_POLICIES)}.")
+  if config.pooler_act not in POOLER_ACTIVATIONS:
+    raise ValueError(f"model.pooler_act={config.pooler_act!r} must be one of "
+                     f"{tuple(POOLER_ACTIVATIONS)}.")
   if config.hidden_act not in ACTIVATIONS:
     raise ValueError(f"model.hidden_act={config.hidden_act!r} is not supported;"
                      f" use one of {tuple(ACTIVATIONS)} ('gelu' is BERT's exact"

@@ -46,6 +46,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from bert_jax.models import rope_attention
+
 
 class Work(NamedTuple):
   """What a step computes on, in the units the FLOP counts need."""
@@ -136,3 +138,38 @@ def forward_flops(training_flops: float) -> float:
   """The forward pass alone: 2 of the 6 FLOPs per multiply-add (a frozen
   network that computes no gradient)."""
   return training_flops / 3.0
+
+
+# ModernBERT (models/modernbert.py): fused Wqkv (3 d^2) and Wo (d^2), GeGLU
+# Wi (2 d f) and Wo (f d) per block; attention 12 d per query-key pair the
+# scores are computed for. Global layers: the work's pairs (T^2 a full row,
+# sum of L_i^2 over a packed row's documents). Sliding-window layers: at
+# most keys_per_query per token (3 x local_attention / 2 when the "xla"
+# kind runs them blocked, rope_attention.keys_per_query), and never more
+# than the global count; the MLM head is dense d -> d plus the tied decoder
+# at the predicted positions.
+def modernbert_encoder_flops(model_config, work: Work,
+                             seq_length: int) -> float:
+  """ModernBERT's encoder stack on `work` (rows of `seq_length` slots)."""
+  L = int(model_config.num_hidden_layers)
+  d, f = int(model_config.hidden_size), int(model_config.intermediate_size)
+  pairs = 0.0
+  for i in range(L):
+    window = rope_attention.half_window(
+        model_config, rope_attention.is_global_layer(model_config, i))
+    keys = rope_attention.keys_per_query(seq_length, window,
+                                         model_config.attention_impl)
+    pairs += min(work.attended, work.tokens * keys)
+  return work.tokens * 6.0 * L * (4 * d * d + 3 * d * f) + 12.0 * d * pairs
+
+
+def modernbert_head_flops_per_position(model_config) -> float:
+  d, v = int(model_config.hidden_size), int(model_config.vocab_size)
+  return 6.0 * (d * d + d * v)
+
+
+def modernbert_flops(config, work: Work) -> float:
+  """A ModernBERT MLM step on `work`: the encoder on its tokens, the head at
+  its predicted positions."""
+  return (modernbert_encoder_flops(config.model, work, config.data.seq_length)
+          + work.predictions * modernbert_head_flops_per_position(config.model))

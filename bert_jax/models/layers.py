@@ -39,6 +39,16 @@ def ones_init(axes):
                                eager_sharding=False)
 
 
+def truncated_normal_init(std: float, cutoff: float, axes):
+  """N(0, std) cut at +-cutoff * std (not rescaled), as torch's
+  ``trunc_normal_(std=std, a=-cutoff * std, b=cutoff * std)``: ModernBERT's
+  initialization."""
+  def init(key, shape, dtype=jnp.float32):
+    return std * jax.random.truncated_normal(key, -cutoff, cutoff, shape,
+                                             dtype)
+  return nnx.with_partitioning(init, axes, eager_sharding=False)
+
+
 def matmul(x: jax.Array, w: jax.Array, dtype) -> jax.Array:
   """x @ w with inputs in `dtype` and float32 accumulation, result in `dtype`."""
   y = jnp.einsum("...i,io->...o", x.astype(dtype), w.astype(dtype),
@@ -47,26 +57,37 @@ def matmul(x: jax.Array, w: jax.Array, dtype) -> jax.Array:
 
 
 class Dense(nnx.Module):
-  """y = x W + b, kernel stored (in, out) like Flax; HF stores W transposed."""
+  """y = x W + b, kernel stored (in, out) like Flax; HF stores W transposed.
+
+  `use_bias=False` leaves out b (ModernBERT); `init` replaces BERT's
+  N(0, initializer_range) kernel initializer.
+  """
 
   def __init__(self, config, in_features: int, out_features: int,
-               axes: tuple, *, rngs: nnx.Rngs):
-    self.kernel = nnx.Param(normal_init(config, axes)(
-        rngs.params(), (in_features, out_features)))
-    self.bias = nnx.Param(zeros_init(axes[1:])(rngs.params(), (out_features,)))
+               axes: tuple, *, rngs: nnx.Rngs, use_bias: bool = True,
+               init=None):
+    init = init or normal_init(config, axes)
+    self.kernel = nnx.Param(init(rngs.params(), (in_features, out_features)))
+    self.bias = nnx.Param(zeros_init(axes[1:])(
+        rngs.params(), (out_features,))) if use_bias else None
     self.dtype = compute_dtype(config)
 
   def __call__(self, x):
-    return matmul(x, self.kernel[...], self.dtype) + self.bias[...].astype(
-        self.dtype)
+    y = matmul(x, self.kernel[...], self.dtype)
+    if self.bias is None:
+      return y
+    return y + self.bias[...].astype(self.dtype)
 
 
 class LayerNorm(nnx.Module):
-  """LayerNorm computed in float32 (eps 1e-12 as in BERT)."""
+  """LayerNorm computed in float32 (eps model.layer_norm_eps: 1e-12 as in
+  BERT). `use_bias=False`: scale only (ModernBERT's ``norm_bias=False``)."""
 
-  def __init__(self, config, features: int, *, rngs: nnx.Rngs):
+  def __init__(self, config, features: int, *, rngs: nnx.Rngs,
+               use_bias: bool = True):
     self.scale = nnx.Param(ones_init(("norm",))(rngs.params(), (features,)))
-    self.bias = nnx.Param(zeros_init(("norm",))(rngs.params(), (features,)))
+    self.bias = nnx.Param(zeros_init(("norm",))(
+        rngs.params(), (features,))) if use_bias else None
     self.eps = config.layer_norm_eps
     self.dtype = compute_dtype(config)
 
@@ -74,8 +95,10 @@ class LayerNorm(nnx.Module):
     x32 = x.astype(jnp.float32)
     mean = jnp.mean(x32, axis=-1, keepdims=True)
     var = jnp.mean(jnp.square(x32 - mean), axis=-1, keepdims=True)
-    y = (x32 - mean) * jax.lax.rsqrt(var + self.eps)
-    return (y * self.scale[...] + self.bias[...]).astype(self.dtype)
+    y = (x32 - mean) * jax.lax.rsqrt(var + self.eps) * self.scale[...]
+    if self.bias is not None:
+      y = y + self.bias[...]
+    return y.astype(self.dtype)
 
 
 def gelu(x):
@@ -88,3 +111,6 @@ ACTIVATIONS = {
     "gelu": gelu,
     "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),  # tanh approx.
 }
+# model.pooler_act -> function: the pooler on [CLS] (BERT's tanh; the heads
+# HF puts on fine-tuned ELECTRA (gelu) and DistilBERT (relu) encoders).
+POOLER_ACTIVATIONS = {"tanh": jnp.tanh, "gelu": gelu, "relu": jax.nn.relu}

@@ -1,5 +1,5 @@
-"""Splash attention (TPU Pallas flash kernel) under BERT's padding mask or
-packed rows.
+"""Splash attention (TPU Pallas flash kernel) under BERT's padding mask,
+packed rows, and ModernBERT's segments and sliding window.
 
 `model.attention_impl="splash"` routes SelfAttention here. The kernel
 (`jax.experimental.pallas.ops.tpu.splash_attention`) takes one example's
@@ -23,6 +23,10 @@ Padded positions never reach a loss (MLM weights and example weights are 0
 there), but matching XLA everywhere makes the two paths interchangeable and
 lets the test compare every position. No attention dropout (the kernel has
 none). Sequence length must be a multiple of 128 (the kernel's lane width).
+
+`segment_attention` serves ModernBERT (``models/rope_attention.py``):
+queries and keys carry the same segment ids (padding its own segment, so no
+row is empty) and sliding-window layers use a LocalMask band.
 
 Under a mesh (`sharding.logical_context`) the kernel runs inside
 `jax.shard_map`: batch split as "activation_batch", heads as
@@ -64,6 +68,8 @@ def _block(seq_length: int) -> int:
 
 
 def _kernel(num_heads: int, seq_length: int, interpret: bool, window=None):
+  """The kernel over full attention, or with `window` (left, right) a band:
+  query i sees keys j with i - left <= j <= i + right."""
   b = _block(seq_length)
   blocks = sa.BlockSizes(block_q=b, block_kv=b, block_kv_compute=b,
                          block_q_dkv=b, block_kv_dkv=b,
@@ -91,6 +97,30 @@ def _local_attention(q, k, v, q_ids, kv_ids, *, interpret, window):
   return heads_major(out)
 
 
+def _check_platform(interpret: bool) -> None:
+  platform = _platform()
+  if not interpret and platform != "tpu":
+    raise ValueError(
+        "model.attention_impl='splash' is a TPU kernel and this backend is "
+        f"{platform!r}: use model.attention_impl='xla' (or "
+        "'dot_product_attention') here.")
+
+
+def _sharded(fn, num_id_args: int):
+  """`fn(q, k, v, *ids)` inside jax.shard_map over the batch and heads
+  under a mesh with rules (a Pallas call cannot be partitioned by GSPMD)."""
+  rules = flax_spmd.get_logical_axis_rules()
+  mesh = jax.sharding.get_abstract_mesh()
+  if not rules or mesh.empty:
+    return fn
+  qkv_spec = logical.to_partition_spec(
+      ("activation_batch", None, "activation_heads", None), rules)
+  ids_spec = logical.to_partition_spec(("activation_batch", None), rules)
+  return jax.shard_map(fn, mesh=mesh,
+                       in_specs=(qkv_spec,) * 3 + (ids_spec,) * num_id_args,
+                       out_specs=qkv_spec, check_vma=False)
+
+
 def attention(q, k, v, input_mask, *, sequence_ids=None, window=None,
               interpret: bool = False) -> jax.Array:
   """Softmax attention of q, k, v [B, T, H, D] over the keys each query may
@@ -107,12 +137,7 @@ def attention(q, k, v, input_mask, *, sequence_ids=None, window=None,
   Returns:
     [B, T, H, D] in q.dtype, equal to the XLA path at every position.
   """
-  platform = _platform()
-  if not interpret and platform != "tpu":
-    raise ValueError(
-        "model.attention_impl='splash' is a TPU kernel and this backend is "
-        f"{platform!r}: use model.attention_impl='xla' (or "
-        "'dot_product_attention') here.")
+  _check_platform(interpret)
   check_seq_length(q.shape[1])
   q = q * jnp.asarray(q.shape[-1] ** -0.5, q.dtype)
   if sequence_ids is not None:
@@ -124,18 +149,8 @@ def attention(q, k, v, input_mask, *, sequence_ids=None, window=None,
     kv_ids = jnp.where(has_tokens[:, None], real, True).astype(jnp.int32)
     q_ids = jnp.ones_like(kv_ids)
 
-  fn = lambda q, k, v, q_ids, kv_ids: _local_attention(
-      q, k, v, q_ids, kv_ids, interpret=interpret, window=window)
-  rules = flax_spmd.get_logical_axis_rules()
-  mesh = jax.sharding.get_abstract_mesh()
-  if rules and not mesh.empty:
-    qkv_spec = logical.to_partition_spec(
-        ("activation_batch", None, "activation_heads", None), rules)
-    ids_spec = logical.to_partition_spec(("activation_batch", None), rules)
-    fn = jax.shard_map(fn, mesh=mesh,
-                       in_specs=(qkv_spec, qkv_spec, qkv_spec, ids_spec,
-                                 ids_spec),
-                       out_specs=qkv_spec, check_vma=False)
+  fn = _sharded(lambda q, k, v, q_ids, kv_ids: _local_attention(
+      q, k, v, q_ids, kv_ids, interpret=interpret, window=window), 2)
   out = fn(q, k, v, q_ids, kv_ids)
   if has_tokens is None:
     return out.astype(q.dtype)
@@ -143,3 +158,22 @@ def attention(q, k, v, input_mask, *, sequence_ids=None, window=None,
   uniform = jnp.mean(v.astype(jnp.float32), axis=1, keepdims=True)
   return jnp.where(has_tokens[:, None, None, None], out,
                    uniform.astype(out.dtype)).astype(q.dtype)
+
+
+def segment_attention(q, k, v, segment_ids, *, half_window: int | None = None,
+                      interpret: bool = False) -> jax.Array:
+  """Softmax attention of q, k, v [B, T, H, D] within segments.
+
+  A query sees the keys of its own segment id ([B, T] ints; padding is a
+  segment of its own, so no row is ever empty), and with `half_window`
+  only those at most that many tokens away (LocalMask): the visibility of
+  ``models.rope_attention``, equal to its XLA paths at every position.
+  """
+  _check_platform(interpret)
+  check_seq_length(q.shape[1])
+  q = q * jnp.asarray(q.shape[-1] ** -0.5, q.dtype)
+  ids = segment_ids.astype(jnp.int32)
+  window = None if half_window is None else (half_window, half_window)
+  fn = _sharded(lambda q, k, v, q_ids, kv_ids: _local_attention(
+      q, k, v, q_ids, kv_ids, interpret=interpret, window=window), 2)
+  return fn(q, k, v, ids, ids).astype(q.dtype)

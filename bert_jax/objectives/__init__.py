@@ -23,6 +23,9 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from bert_jax import config_lib
+from bert_jax.hf import checkpoint_io
+from bert_jax.hf import mapping
 from bert_jax.models import flops as flops_lib
 
 
@@ -44,6 +47,16 @@ class Objective:
   metrics: Callable[..., dict]
   # (label on the log line, metric name) printed on every step line.
   log_keys: tuple[tuple[str, str], ...] = (("loss", "loss"),)
+  # Optional per-example outputs for evaluators that score every example
+  # (task metrics, predictions files): (model, batch, config) -> {name:
+  # array}, deterministic, each array with the batch's rows as its leading
+  # dimension. Classification gives logits [B, C]; a token or span head
+  # [B, T, ...] per position; a packed row holding several examples gathers
+  # them into per-row slots [B, K, ...] and returns the slots' own example
+  # weights beside them, so the evaluator keeps the real ones. Programs
+  # jits it as `predict_step` (with the loss sums), replicated on every
+  # process; the trainer never reads the names.
+  predict: Callable[..., dict] | None = None
   # Optional params held fixed while training, e.g. a distillation teacher:
   # (config, rngs) -> nnx.Module. They live in the train state as
   # state["frozen"], sharded by the same logical rules, with no gradient and
@@ -53,16 +66,26 @@ class Objective:
   # nested dicts of host arrays (e.g. load the teacher, copy its layers into
   # the student). Not called on resume: the checkpoint holds both.
   warm_start: Callable[..., Any] | None = None
-  # Optional Hugging Face export of the trained model: (config) -> (family
-  # name in bert_jax.hf.mapping, model config of the exported model).
-  # None: BERT's ("bert", config.model).
+  # Optional paths a new run's params come from besides train.init_from
+  # (a distillation teacher): (config) -> {config field: path}. The run
+  # takes their tokenizer (training/start_from.py), checked at startup.
+  param_sources: Callable[..., dict] | None = None
+  # Optional Hugging Face export of the trained params: (config, params) ->
+  # one or more checkpoint_io.HFModel (subdirectory, hf.mapping family,
+  # model config, params), each written as one HF directory. None: one
+  # model at the top, the family whose table names this objective
+  # (hf.mapping.for_objective) with config.model and all params.
   hf_export: Callable[..., Any] | None = None
   # Optional analytic training FLOPs (forward + backward) of a step's work:
   # (config, models.flops.Work) -> float. None: BERT's, the model of
   # config.model with MLM logits at the predicted positions (flops.bert_flops).
   flops: Callable[..., float] | None = None
-  # Optional family-specific config checks, run by config_checks.validate
-  # before anything is written: (config) -> None, ValueError naming the field.
+  # Optional config checks of this objective's job, run by
+  # config_checks.validate (also per phase) before anything is written:
+  # (config) -> None, ValueError naming the field. The objective says which
+  # apply: its own fields and those of the input it reads (pretraining
+  # objectives: the pretraining pipeline's, `data.checks.check_pretraining`;
+  # tasks: the sequence shape, `data.checks.check_sequence`, and theirs).
   validate: Callable[..., None] | None = None
   # Whether the objective reads packed rows (data.packing: sequence_ids,
   # position_ids, one [CLS] per packed example; features.PACKING).
@@ -75,6 +98,13 @@ class Objective:
   # (embeddings, embeddings_project when E != H, layers, pooler if trained).
   # None: params["bert"].
   encoder_params: Callable[..., Any] | None = None
+  # The objective that fine-tunes this family's runs as a sequence
+  # classifier (finetune.py); None: "classify" (BertForSequenceClassification).
+  finetune_objective: str | None = None
+  # With its own classifier: (params of the source in this family's tree,
+  # fresh classifier params) -> the classifier's params (what it takes over
+  # from the source). None: the BertModel hooks above.
+  finetune_params: Callable[..., Any] | None = None
 
 
 # name -> module defining OBJECTIVE; imported on first use.
@@ -84,6 +114,8 @@ _MODULES = {
     "classify": "bert_jax.objectives.classify",
     "electra": "bert_jax.objectives.electra",
     "distil": "bert_jax.objectives.distil",
+    "modernbert": "bert_jax.objectives.modernbert",
+    "modernbert_classify": "bert_jax.objectives.modernbert_classify",
 }
 
 
@@ -103,6 +135,25 @@ def for_config(config) -> Objective:
   return get(config.objective.name)
 
 
+def check_packed_input(config, family: str) -> None:
+  """ValueError when a family with no sentence-pair head is given pair
+  batches (data.nsp / data.objective 'nsp' or 'sop'): half of those pairs
+  have a random or swapped second segment, which only corrupts its MLM
+  input, and nothing would learn the pair label."""
+  data = config.data
+  kind = config_lib.sentence_objective(data)
+  if kind == config_lib.PACKED:
+    return
+  field = (f"data.objective={data.objective!r}" if data.objective else
+           f"data.nsp={data.nsp}")
+  second = "random" if kind == config_lib.NSP else "swapped"
+  raise ValueError(
+      f"{field}: {family} trains no sentence-pair head, so {kind.upper()} "
+      f"pairs (half of them with a {second} second segment) would only "
+      "corrupt its input; set data.nsp=False (packed full sentences, as "
+      f"{family} was published).")
+
+
 def safe_div(total, count):
   """total / max(count, 1): jnp inside a trace, Python floats on the host
   (eval totals are accumulated in float64 and stay so)."""
@@ -115,9 +166,70 @@ def train_flops_per_step(config, work: flops_lib.Work | None = None) -> float:
   """Model FLOPs of one optimizer step of `config`: the objective's own count
   (``Objective.flops``) or BERT's (``models.flops.bert_flops``), on `work`
   (None: full rows of the global batch, ``flops.full_rows``)."""
-  objective = config.get("objective", None)
-  name = objective.get("name", "bert") if objective is not None else "bert"
   if work is None:
     work = flops_lib.full_rows(config.train.batch_size, config.data.seq_length,
                                config.data.max_predictions_per_seq)
-  return (get(name).flops or flops_lib.bert_flops)(config, work)
+  return (for_config(config).flops or flops_lib.bert_flops)(config, work)
+
+
+# ------------------------------------------------------------------------------
+# What a run's params are, by its objective. `config` is a complete run config
+# (a ``pretrained.Source``'s: which objective trained the params is decided
+# there, once); these read the objective's hooks, each with one default.
+# ------------------------------------------------------------------------------
+def hf_model(config, params, model_config=None, subdir: str = ""
+             ) -> checkpoint_io.HFModel:
+  """One HF model of a run: the family whose table names its objective."""
+  return checkpoint_io.HFModel(
+      subdir, mapping.for_objective(config.objective.name).name,
+      config.model if model_config is None else model_config, params)
+
+
+def hf_models(config, params) -> tuple[checkpoint_io.HFModel, ...]:
+  """The Hugging Face models a run holds (``Objective.hf_export``)."""
+  objective = for_config(config)
+  if objective.hf_export is not None:
+    return tuple(objective.hf_export(config, params))
+  return (hf_model(config, params),)
+
+
+def masked_lm(config, params) -> checkpoint_io.HFModel:
+  """The run's model that fills masks (fill_mask, zero_shot): the first of
+  its HF models whose family has a masked-LM head (ELECTRA: the
+  generator). ValueError when it has none (a fine-tuned classifier)."""
+  models = hf_models(config, params)
+  for m in models:
+    if mapping.get(m.family).masked_lm:
+      return m
+  raise ValueError(
+      f"A {config.objective.name!r} run holds no masked-LM head (its models: "
+      f"{', '.join(m.family for m in models)}): nothing to fill masks with.")
+
+
+def encoder_name(config) -> str:
+  """The pretraining objective whose encoder a run's params hold: its own,
+  or for a fine-tuned classifier the one it was fine-tuned from
+  (``objective.encoder``, which picks its head and Hugging Face class)."""
+  if config.objective.name == "classify":
+    return config.objective.encoder
+  return config.objective.name
+
+
+def encoder_config(config):
+  """The BertModel config fine-tuning wraps (``Objective.encoder_config``,
+  default config.model)."""
+  objective = for_config(config)
+  return (objective.encoder_config(config) if objective.encoder_config
+          else config.model)
+
+
+def encoder_params(params, config) -> dict:
+  """The BertModel params of a run (``Objective.encoder_params``, default
+  params["bert"])."""
+  objective = for_config(config)
+  if objective.encoder_params is not None:
+    return objective.encoder_params(params, config)
+  if "bert" not in params:
+    raise ValueError(f"A {objective.name!r} run's params hold no BERT "
+                     "encoder (no 'bert' subtree).")
+  return params["bert"]

@@ -9,6 +9,7 @@ set. ALBERT configs set ``data.objective="sop"`` and ``data.max_ngram=3``.
 from __future__ import annotations
 
 from bert_jax import config_lib
+from bert_jax.data import checks as data_checks
 from bert_jax.models import albert
 from bert_jax.models import flops as flops_lib
 from bert_jax.objectives import Objective
@@ -40,21 +41,13 @@ def make_model(config, rngs):
   return albert.AlbertForPreTraining(config.model, rngs=rngs)
 
 
-def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
-  del config
-  outputs = bert.forward(model, batch, rng, deterministic)
-  return {**bert.mlm_sums(outputs["mlm_logits"], batch),
-          **bert.pair_sums(outputs["nsp_logits"],
-                           batch["next_sentence_labels"],
-                           bert.pair_weights(batch))}
-
-
 def validate(config) -> None:
   if int(config.model.embedding_size) in (0, int(config.model.hidden_size)):
     raise ValueError(f"model.embedding_size={config.model.embedding_size} "
                      "with objective.name='albert': ALBERT factorizes its "
                      "embeddings; set 0 < embedding_size != hidden_size "
                      "(published: 128).")
+  data_checks.check_pretraining(config)
 
 
 def encoder_params(params, config) -> dict:
@@ -74,17 +67,12 @@ def encoder_params(params, config) -> dict:
           "pooler": a["pooler"]}
 
 
-def hf_export(config):
-  return "albert", config.model
-
-
 OBJECTIVE = Objective(
     name="albert", make_model=make_model, feature_spec=bert.feature_spec,
-    loss_sums=loss_sums, counts=bert.counts, loss=bert.loss,
+    loss_sums=bert.loss_sums, counts=bert.counts, loss=bert.loss,
     metrics=bert.metrics,
     log_keys=(("loss", "loss"), ("mlm_acc", "mlm_accuracy"),
               ("sop_acc", "nsp_accuracy")),
-    hf_export=hf_export,
     # Layer sharing saves parameters, not FLOPs; BERT's count with E != H
     # adds the projection and the H -> E MLM transform (the SOP head is
     # negligible).

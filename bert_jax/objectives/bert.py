@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from bert_jax.data import checks as data_checks
 from bert_jax.data import features
 from bert_jax.models import bert as model_lib
 from bert_jax.objectives import Objective
@@ -104,4 +105,5 @@ OBJECTIVE = Objective(
     name="bert", make_model=make_model, feature_spec=feature_spec,
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
     log_keys=(("loss", "loss"), ("mlm_acc", "mlm_accuracy"),
-              ("nsp_acc", "nsp_accuracy")), packing=True)
+              ("nsp_acc", "nsp_accuracy")),
+    validate=data_checks.check_pretraining, packing=True)

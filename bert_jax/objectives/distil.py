@@ -21,19 +21,23 @@ smoke runs only).
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from absl import logging
 
+from bert_jax import objectives
 from bert_jax import pretrained
+from bert_jax.data import checks as data_checks
 from bert_jax.data import features
-from bert_jax.hf import checkpoint_io
 from bert_jax.models import bert as model_lib
 from bert_jax.models import flops as flops_lib
 from bert_jax.objectives import Objective
 from bert_jax.objectives import bert
+from bert_jax.objectives import check_packed_input
 from bert_jax.objectives import safe_div
 
 RANDOM_TEACHER = "random"
@@ -73,9 +77,10 @@ def load_teacher(config) -> dict:
   `bert_jax.pretrained` resolves; its architecture must equal config.model
   (a ValueError names the differing field)."""
   source = pretrained.resolve(config.objective.teacher)
-  if source.family != "bert":
-    raise ValueError(f"objective.teacher={config.objective.teacher} is a "
-                     f"{source.family!r} model; the teacher must be a BERT.")
+  if source.objective != "bert":
+    raise ValueError(f"objective.teacher={config.objective.teacher} holds a "
+                     f"{source.objective!r} run's params; the teacher must be "
+                     "a BERT.")
   params, report = pretrained.load_params(source, config.model,
                                           seed=config.train.seed)
   if report.fresh:
@@ -177,6 +182,13 @@ def validate(config) -> None:
     raise ValueError("objective.teacher is empty: set it to the teacher BERT "
                      "(a workdir, an imported or a Hugging Face directory) "
                      "or to 'random' for a smoke run.")
+  if (o.teacher != "random" and "://" not in o.teacher and
+      not os.path.exists(o.teacher)):
+    raise ValueError(f"objective.teacher={o.teacher!r} does not exist: set "
+                     "it to the teacher BERT (a workdir, an imported or a "
+                     "Hugging Face directory) or to 'random' for a smoke "
+                     "run.")
+  check_packed_input(config, "DistilBERT")
   if not 1 <= o.student_layers <= config.model.num_hidden_layers:
     raise ValueError(f"objective.student_layers={o.student_layers} must be in "
                      f"[1, model.num_hidden_layers="
@@ -184,6 +196,29 @@ def validate(config) -> None:
   if o.temperature <= 0 or min(o.alpha_ce, o.alpha_mlm, o.alpha_cos) < 0:
     raise ValueError(f"objective.temperature={o.temperature} must be > 0 and "
                      "objective.alpha_ce/alpha_mlm/alpha_cos >= 0.")
+  check_teacher(config)
+  data_checks.check_pretraining(config)
+
+
+def check_teacher(config) -> None:
+  """The teacher is a BERT of config.model's architecture, checked when the
+  config is (before anything is written; warm_start loads it only after the
+  data and the compile). Errors name objective.teacher."""
+  teacher = config.objective.teacher
+  if teacher in ("", RANDOM_TEACHER):
+    return
+  try:
+    source = pretrained.resolve(teacher)
+  except (ValueError, FileNotFoundError) as e:
+    raise type(e)(f"objective.teacher: {e}") from None
+  if source.objective != "bert":
+    raise ValueError(
+        f"objective.teacher={teacher} holds the model of a "
+        f"{source.objective!r} run ({source.kind}), not a BERT: the "
+        "teacher must be a BERT (a BERT pretraining workdir, or a "
+        "BertForPreTraining / BertForMaskedLM directory).")
+  pretrained.check_fits(source, config.model, "objective.teacher", note=(
+      " (the teacher's architecture, which the student's derives from)"))
 
 
 def flops(config, work) -> float:
@@ -196,23 +231,32 @@ def flops(config, work) -> float:
                                                               work)))
 
 
+def encoder_config(config):
+  """The student as fine-tuning's BertModel, its pooler the dense + ReLU of
+  Hugging Face's DistilBertForSequenceClassification (pre_classifier), so
+  a fine-tuned student exports to that class exactly."""
+  model = student_config(config)
+  model.pooler_act = "relu"
+  return model
+
+
 def encoder_params(params, config) -> dict:
   """The student's encoder for fine-tuning (no pooler: a fresh one)."""
   del config
   return params["bert"]
 
 
-def export_student(out_dir: str, params, config, *, tokenizer=None) -> list:
-  """Write the student as a Hugging Face DistilBertForMaskedLM directory
-  (plus tokenizer files when `tokenizer` is a tokenizer_files.TokenizerSpec);
-  returns the files written."""
-  return checkpoint_io.save_hf_model(out_dir, params, student_config(config),
-                                     tokenizer=tokenizer, family="distilbert")
+def hf_export(config, params):
+  """The student, as DistilBertForMaskedLM (the table naming "distil")."""
+  return (objectives.hf_model(config, params, student_config(config)),)
 
 
-def hf_export(config):
-  """The student, as DistilBertForMaskedLM."""
-  return "distilbert", student_config(config)
+def param_sources(config) -> dict:
+  """The teacher: the student starts from its params, so the run takes its
+  tokenizer (training/start_from.py)."""
+  teacher = config.objective.teacher
+  return {} if teacher in ("", RANDOM_TEACHER) else {
+      "objective.teacher": teacher}
 
 
 OBJECTIVE = Objective(
@@ -220,6 +264,7 @@ OBJECTIVE = Objective(
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
     log_keys=(("loss", "loss"), ("mlm_acc", "mlm_accuracy"),
               ("ce", "distill_ce"), ("kl", "teacher_kl"), ("cos", "cos_loss")),
-    make_frozen=make_teacher, warm_start=warm_start, hf_export=hf_export,
+    make_frozen=make_teacher, warm_start=warm_start,
+    param_sources=param_sources, hf_export=hf_export,
     flops=flops, validate=validate,
-    encoder_config=student_config, encoder_params=encoder_params)
+    encoder_config=encoder_config, encoder_params=encoder_params)

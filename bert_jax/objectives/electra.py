@@ -22,13 +22,19 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import optax
 from flax import nnx
 
+from bert_jax.data import checks as data_checks
 from bert_jax.data import features
+from bert_jax.hf import checkpoint_io
+from bert_jax.hf import electra as hf_electra
 from bert_jax.models import electra as electra_model
 from bert_jax.models import flops as flops_lib
 from bert_jax.objectives import Objective
+from bert_jax.objectives import bert
+from bert_jax.objectives import check_packed_input
 from bert_jax.objectives import safe_div
 
 
@@ -105,9 +111,6 @@ def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
       batch["masked_lm_positions"], deterministic=deterministic,
       rngs=rngs).astype(jnp.float32)
   ids, w = batch["masked_lm_ids"], batch["masked_lm_weights"]
-  nll = -jnp.take_along_axis(jax.nn.log_softmax(mlm_logits, axis=-1),
-                             ids[..., None], axis=-1)[..., 0]
-
   corrupted, labels, samples = replace_tokens(
       mlm_logits, batch, sample_key, config.objective.generator_temperature)
   disc_logits = model.discriminator_logits(
@@ -118,10 +121,8 @@ def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
   bce = optax.sigmoid_binary_cross_entropy(disc_logits, y)
   pred = (disc_logits > 0).astype(jnp.float32)
   return dict(
-      mlm_loss=jnp.sum(nll * w),
-      mlm_correct=jnp.sum((jnp.argmax(mlm_logits, -1) == ids) * w),
+      **bert.mlm_sums(mlm_logits, batch),  # mlm_loss, mlm_correct, mlm_weight
       sampled_correct=jnp.sum((samples == ids) * w),
-      mlm_weight=jnp.sum(w),
       disc_loss=jnp.sum(bce * real),
       disc_correct=jnp.sum((pred == y) * real),
       disc_true_positive=jnp.sum(pred * y * real),
@@ -171,6 +172,15 @@ def flops(config, work) -> float:
           + work.tokens * 6.0 * (d * d + d))
 
 
+def encoder_config(config):
+  """The discriminator as fine-tuning's BertModel, its pooler the dense +
+  gelu that Hugging Face's ElectraClassificationHead puts on [CLS] (so a
+  fine-tuned ELECTRA exports to ElectraForSequenceClassification exactly)."""
+  model = ml_collections.ConfigDict(config.model.to_dict())
+  model.pooler_act = "gelu"
+  return model
+
+
 def encoder_params(params, config) -> dict:
   """The discriminator for fine-tuning (as the paper fine-tunes it): the
   shared embeddings, its E -> H projection when E != H, and its layers; the
@@ -183,10 +193,31 @@ def encoder_params(params, config) -> dict:
   return out
 
 
+def hf_export(config, params) -> tuple[checkpoint_io.HFModel, ...]:
+  """Two Hugging Face models, as Google releases them: discriminator/
+  (ElectraForPreTraining) and generator/ (ElectraForMaskedLM), each with a
+  copy of the shared embeddings."""
+  return tuple(checkpoint_io.HFModel(
+      net, hf_electra.family_name(net), hf_electra.network_config(config, net),
+      hf_electra.network_params(params, net)) for net in hf_electra.NETWORKS)
+
+
+def validate(config) -> None:
+  """The pretraining pipeline's checks, then ELECTRA's own fields, before
+  anything is written: the generator's size (objective.generator_hidden_size
+  in (0, 1], heads that divide it) and packed input (no sentence-pair
+  head)."""
+  check_packed_input(config, "ELECTRA")  # First: the cause, not a symptom.
+  data_checks.check_pretraining(config)
+  electra_model.generator_config(config)
+
+
 OBJECTIVE = Objective(
     name="electra", make_model=make_model, feature_spec=feature_spec,
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
     log_keys=(("loss", "loss"), ("gen_acc", "mlm_accuracy"),
               ("disc_acc", "disc_accuracy"), ("disc_prec", "disc_precision"),
               ("disc_rec", "disc_recall"), ("replaced", "replaced_share")),
-    flops=flops, encoder_params=encoder_params)
+    validate=validate, hf_export=hf_export,
+    flops=flops, encoder_config=encoder_config,
+    encoder_params=encoder_params)

@@ -12,29 +12,28 @@ from __future__ import annotations
 
 import ml_collections
 
-from bert_jax import config_lib
 from bert_jax import objectives
 from bert_jax.models import bert as model_lib
-from bert_jax.models import splash
 from bert_jax.training import optim
 from bert_jax.training import phases as phases_lib
 from bert_jax.training import preemption
 from bert_jax.training import sharding
 
-MAX_SEQ_LENGTH = 4096  # The input pipeline's block and position limits.
-
 
 def validate(config: ml_collections.ConfigDict, num_devices: int,
-             process_count: int = 1, *, check_sources: bool = True) -> None:
-  """All static checks: objective, model, data, train and mesh."""
+             process_count: int = 1, *,
+             check_sources: bool = True) -> list[phases_lib.Phase]:
+  """All static checks: objective (and the input it reads), model, train,
+  mesh and phases. Returns the run's phases, resolved here once for the job
+  to pass on (`Trainer(phases=...)`)."""
   objectives.get(config.objective.name)
   model_lib.validate_model_config(config.model)
   _check_objective(config)
-  _check_data(config)
   _check_train_and_mesh(config, num_devices, process_count)
-  _check_phases(config, num_devices, process_count)
+  phases = _check_phases(config, num_devices, process_count)
   if check_sources:
     _check_sources(config.data)
+  return phases
 
 
 def check_tokenizer(config: ml_collections.ConfigDict, tok) -> None:
@@ -51,64 +50,12 @@ def check_tokenizer(config: ml_collections.ConfigDict, tok) -> None:
 
 
 def _check_objective(config) -> None:
-  """Family-specific fields: the objective's own checks (its `validate`)."""
+  """The objective's checks (its `validate`): its own fields and those of
+  the input it reads (`data.checks`), which differ by job."""
   check = objectives.for_config(config).validate
   if check is not None:
     check(config)
-
-
-def _check_data(config) -> None:
-  data, model = config.data, config.model
-  if data.tokenizer_type not in config_lib.TOKENIZER_TYPES:
-    raise ValueError(f"data.tokenizer_type={data.tokenizer_type!r} must be "
-                     "'sentencepiece' or 'wordpiece'.")
-  if not data.tokenizer_path and data.tokenizer_vocab_size < 16:
-    raise ValueError(f"data.tokenizer_vocab_size={data.tokenizer_vocab_size} "
-                     "is too small (need >= 16).")
-  if data.seq_length > model.max_position_embeddings:
-    raise ValueError(
-        f"data.seq_length={data.seq_length} exceeds "
-        f"model.max_position_embeddings={model.max_position_embeddings}.")
-  if data.seq_length > MAX_SEQ_LENGTH:
-    raise ValueError(f"data.seq_length={data.seq_length} exceeds the "
-                     f"pipeline's limit of {MAX_SEQ_LENGTH}.")
-  if data.seq_length < 8:
-    raise ValueError(f"data.seq_length={data.seq_length} is too short "
-                     "(need >= 8).")
-  if model.attention_impl == "splash":
-    splash.check_seq_length(data.seq_length)
-  if not 1 <= data.max_predictions_per_seq <= data.seq_length:
-    raise ValueError(
-        f"data.max_predictions_per_seq={data.max_predictions_per_seq} must be "
-        f"in [1, data.seq_length={data.seq_length}].")
-  if not 0.0 < data.mask_rate <= 1.0:
-    raise ValueError(f"data.mask_rate={data.mask_rate} must be in (0, 1].")
-  if not (0 <= data.mask_token_prob and 0 <= data.random_token_prob
-          and data.mask_token_prob + data.random_token_prob <= 1.0):
-    raise ValueError(
-        f"data.mask_token_prob={data.mask_token_prob} and "
-        f"data.random_token_prob={data.random_token_prob} must be >= 0 and "
-        "sum to <= 1.")
-  if not 1 <= data.max_ngram <= 16:
-    raise ValueError(f"data.max_ngram={data.max_ngram} must be in [1, 16] "
-                     "(1: no spans; ALBERT uses 3).")
-  obj = config_lib.sentence_objective(data)
-  if obj not in config_lib.SENTENCE_OBJECTIVES:
-    raise ValueError(f"data.objective={data.objective!r} must be one of "
-                     "'nsp', 'sop', 'packed' (or '').")
-  if (obj == config_lib.PACKED) == bool(data.nsp):
-    raise ValueError(f"data.objective={obj!r} conflicts with "
-                     f"data.nsp={data.nsp}: 'nsp'/'sop' need nsp=True, "
-                     "'packed' needs nsp=False.")
-  if obj != config_lib.PACKED and model.type_vocab_size < 2:
-    raise ValueError(f"data.objective={obj!r} needs model.type_vocab_size >= 2"
-                     f", got {model.type_vocab_size}.")
   _check_packing(config)
-  if data.block_lines < 2:
-    raise ValueError(f"data.block_lines={data.block_lines} must be >= 2.")
-  if not 0.0 <= data.eval_fraction < 1.0:
-    raise ValueError(f"data.eval_fraction={data.eval_fraction} must be in "
-                     "[0, 1).")
 
 
 def _check_packing(config) -> None:
@@ -166,19 +113,24 @@ def _check_train_and_mesh(config, num_devices: int, process_count: int):
                      f"mesh.tensor={tp}.")
 
 
-def _check_phases(config, num_devices: int, process_count: int) -> None:
+def _check_phases(config, num_devices: int,
+                  process_count: int) -> list[phases_lib.Phase]:
   """Each phase of train.phases / train.recipe passes the shape checks."""
   phases = phases_lib.resolve(config)
   if not phases_lib.is_phased(config):
-    return
+    return phases
+  # Each phase's own schedule (its warmup / decay within its steps).
+  optim.make_optimizer(config.train,
+                       optim.learning_rate_schedule(config.train, phases))
   for phase in phases:
     pc = phases_lib.phase_config(config, phase)
     try:
-      _check_data(pc)
+      _check_objective(pc)
       _check_train_and_mesh(pc, num_devices, process_count)
     except ValueError as e:
       raise ValueError(f"Phase {phase.index} of the run ({phase.describe()}):"
                        f" {e}") from None
+  return phases
 
 
 def _check_sources(data) -> None:
@@ -197,7 +149,9 @@ def _check_sources(data) -> None:
             if field == primary else
             [data_sources.Source(data_sources.TEXT, spec)])
     for s in srcs:
-      if s.kind == data_sources.TEXT:
-        data_sources.resolve_text_files(s, f"data.{field}")
-      else:
+      if s.kind == data_sources.TFDS:
         data_sources.tfds_builder(s, data.tfds_data_dir)
+      else:  # Text, JSONL or Parquet files (records: the first one's form).
+        files, _ = data_sources.resolve_text_files(s, f"data.{field}")
+        data_sources.check_records(
+            s, files[0], data.get("text_field", "text"), f"data.{field}")

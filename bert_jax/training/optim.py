@@ -1,11 +1,30 @@
-"""Optimizer: AdamW or LAMB, linear warmup then linear decay, clipping.
+"""Optimizer: AdamW, LAMB or StableAdamW; linear warmup then linear decay
+or warmup-stable-decay; global-norm clipping (not StableAdamW's).
 
-Weight decay skips LayerNorm parameters and biases, as in BERT.
+Weight decay skips LayerNorm parameters and biases, as in BERT. The run's
+schedule is built once (`learning_rate_schedule`) and handed to the optimizer;
+the rate a step logs is read back from the optimizer's own step count
+(`learning_rate`), so the log shows the rate the update applied.
+
+StableAdamW (Wortsman et al. 2023; ModernBERT's optimizer, as optimi's
+``StableAdamW``) is AdamW whose step size is divided, per tensor, by
+max(1, RMS(g^2 / max(v_hat, eps^2))): a tensor whose gradient jumps far
+above its running second moment takes a smaller step, instead of one global
+gradient clip for all. Weight decay is AdamW's (times the clipped learning
+rate); ModernBERT's "decoupled" decay wd_d (times lr / peak lr) is
+weight_decay = wd_d / peak learning rate here.
 """
 
+from typing import NamedTuple
+
 import jax
+import jax.numpy as jnp
 import ml_collections
 import optax
+
+OPTIMIZERS = ("adamw", "lamb", "stable_adamw")
+SCHEDULES = ("linear", "wsd")
+DECAY_SHAPES = ("linear", "1-sqrt")
 
 
 def learning_rate_schedule(train: ml_collections.ConfigDict,
@@ -19,10 +38,51 @@ def learning_rate_schedule(train: ml_collections.ConfigDict,
   """
   if phases and len(phases) > 1 and train.phase_schedule == "per_phase":
     return optax.join_schedules(
-        [_warmup_then_decay(p.learning_rate, p.warmup_steps, p.num_steps)
+        [_shaped(train, p.learning_rate, p.warmup_steps, p.num_steps,
+                 getattr(p, "decay_steps", train.decay_steps))
          for p in phases], boundaries=[p.start for p in phases[1:]])
-  return _warmup_then_decay(train.learning_rate, train.warmup_steps,
-                            train.num_steps)
+  return _shaped(train, train.learning_rate, train.warmup_steps,
+                 train.num_steps, train.decay_steps)
+
+
+def _shaped(train, peak, warmup_steps, num_steps, decay_steps):
+  """One span's schedule in the shape train.schedule names."""
+  shape = train.get("schedule", "linear")
+  if shape == "linear":
+    return _warmup_then_decay(peak, warmup_steps, num_steps)
+  if shape == "wsd":
+    return warmup_stable_decay(peak, warmup_steps, decay_steps, num_steps,
+                               train.get("decay_shape", "linear"))
+  raise ValueError(f"train.schedule={shape!r} is not one of {SCHEDULES}.")
+
+
+def warmup_stable_decay(peak: float, warmup_steps: int, decay_steps: int,
+                        num_steps: int,
+                        shape: str = "linear") -> optax.Schedule:
+  """0 -> `peak` linearly over `warmup_steps`, `peak` until the last
+  `decay_steps`, then down to 0 at `num_steps`: linearly, or as
+  1 - sqrt(fraction of the decay) (shape "1-sqrt", Hägele et al. 2024).
+  Past `num_steps`: 0 (or `peak` with no decay)."""
+  if shape not in DECAY_SHAPES:
+    raise ValueError(f"train.decay_shape={shape!r} is not one of "
+                     f"{DECAY_SHAPES}.")
+  num_steps = int(num_steps)
+  warmup = max(0, min(int(warmup_steps), num_steps))
+  decay = int(decay_steps)
+  if not 0 <= decay <= num_steps - warmup:
+    raise ValueError(f"train.decay_steps={decay_steps} must be in [0, "
+                     f"num_steps - warmup_steps = {num_steps - warmup}].")
+  start = num_steps - decay
+
+  def schedule(count):
+    step = jnp.asarray(count, jnp.float32)
+    rise = peak * step / max(1, warmup)
+    frac = jnp.clip((step - start) / max(1, decay), 0.0, 1.0)
+    fall = 1.0 - (frac if shape == "linear" else jnp.sqrt(frac))
+    lr = jnp.where(step < warmup, rise, peak * (fall if decay else 1.0))
+    return lr.astype(jnp.float32)
+
+  return schedule
 
 
 def _warmup_then_decay(peak: float, warmup_steps: int,
@@ -36,18 +96,82 @@ def _warmup_then_decay(peak: float, warmup_steps: int,
 
 
 def decay_mask(params):
-  """True for kernels and embeddings; False for biases and LayerNorm params."""
+  """True for kernels and embeddings; False for biases and LayerNorm params
+  (modules named layer_norm, norm or *_norm: BERT's and ModernBERT's)."""
 
   def decays(path, _):
     names = [str(getattr(k, "key", k)) for k in path]
-    return not (names[-1] == "bias" or "layer_norm" in names)
+    return not (names[-1] == "bias" or any(
+        n == "layer_norm" or n == "norm" or n.endswith("_norm")
+        for n in names))
 
   return jax.tree_util.tree_map_with_path(decays, params)
 
 
+class StableAdamState(NamedTuple):
+  count: jax.Array  # int32 steps taken.
+  mu: optax.Updates  # First moments.
+  nu: optax.Updates  # Second moments.
+
+
+def scale_by_stable_adam(b1: float, b2: float, eps: float,
+                         weight_decay: float = 0.0,
+                         mask=None) -> optax.GradientTransformation:
+  """Per tensor: (m_hat / (sqrt(v_hat) + eps) + wd * p [where `mask`]) /
+  max(1, sqrt(mean(g^2 / max(v_hat, eps^2)))), to be scaled by -lr."""
+
+  def init(params):
+    zeros = lambda: jax.tree.map(
+        lambda p: jnp.zeros(p.shape, jnp.float32), params)
+    return StableAdamState(jnp.zeros((), jnp.int32), zeros(), zeros())
+
+  def update(grads, state, params=None):
+    count = state.count + 1
+    t = count.astype(jnp.float32)
+    mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, grads)
+    nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu,
+                      grads)
+    if params is None:
+      params = jax.tree.map(jnp.zeros_like, grads)
+    if mask is None:
+      decays = jax.tree.map(lambda _: True, grads)
+    else:
+      decays = mask(params) if callable(mask) else mask
+
+    def one(g, m, v, p, decay):
+      m_hat, v_hat = m / (1 - b1 ** t), v / (1 - b2 ** t)
+      rms = jnp.sqrt(jnp.mean(g * g / jnp.maximum(v_hat, eps * eps)))
+      u = m_hat / (jnp.sqrt(v_hat) + eps)
+      if weight_decay and decay:
+        u = u + weight_decay * p
+      return u / jnp.maximum(1.0, rms)
+
+    updates = jax.tree.map(one, grads, mu, nu, params, decays)
+    return updates, StableAdamState(count, mu, nu)
+
+  return optax.GradientTransformation(init, update)
+
+
+def stable_adamw(learning_rate, b1: float = 0.9, b2: float = 0.98,
+                 eps: float = 1e-6, weight_decay: float = 0.0,
+                 mask=None) -> optax.GradientTransformation:
+  """StableAdamW (module docstring): no gradient clipping is needed."""
+  return optax.chain(scale_by_stable_adam(b1, b2, eps, weight_decay, mask),
+                     optax.scale_by_learning_rate(learning_rate))
+
+
 def make_optimizer(train: ml_collections.ConfigDict,
-                   phases=None) -> optax.GradientTransformation:
-  schedule = learning_rate_schedule(train, phases)
+                   schedule: optax.Schedule | None = None
+                   ) -> optax.GradientTransformation:
+  """Clipping, then AdamW or LAMB stepping by `schedule` (the run's, from
+  `learning_rate_schedule`; None: the single-phase schedule of `train`);
+  StableAdamW clips each tensor's update instead."""
+  if schedule is None:
+    schedule = learning_rate_schedule(train)
+  if train.optimizer == "stable_adamw":  # Update clipping, no global clip.
+    return stable_adamw(schedule, b1=train.adam_b1, b2=train.adam_b2,
+                        eps=train.adam_eps, weight_decay=train.weight_decay,
+                        mask=decay_mask)
   if train.optimizer == "adamw":
     opt = optax.adamw(schedule, b1=train.adam_b1, b2=train.adam_b2,
                       eps=train.adam_eps, weight_decay=train.weight_decay,
@@ -58,5 +182,19 @@ def make_optimizer(train: ml_collections.ConfigDict,
                      mask=decay_mask)
   else:
     raise ValueError(f"train.optimizer={train.optimizer!r} is not one of "
-                     "'adamw', 'lamb'.")
+                     f"{', '.join(repr(o) for o in OPTIMIZERS)}.")
   return optax.chain(optax.clip_by_global_norm(train.max_grad_norm), opt)
+
+
+def learning_rate(schedule: optax.Schedule, opt_state) -> jax.Array:
+  """The rate the next update of `opt_state` applies: `schedule` at the count
+  of the optimizer's own schedule state (optax's ScaleByScheduleState, which
+  both AdamW and LAMB carry), not at the train step, which a dropped
+  non-finite update advances while the optimizer's count stays."""
+  counts = [s.count for s in jax.tree.leaves(
+      opt_state, is_leaf=lambda x: isinstance(x, optax.ScaleByScheduleState))
+            if isinstance(s, optax.ScaleByScheduleState)]
+  if len(counts) != 1:
+    raise ValueError(f"The optimizer state holds {len(counts)} learning-rate "
+                     "schedule states; expected exactly one.")
+  return schedule(counts[0])

@@ -1,4 +1,5 @@
-"""Training phases of one run: BERT's 128 -> 512 recipe.
+"""Training phases of one run: BERT's 128 -> 512 recipe, ModernBERT's
+context extension (1,024 -> 8,192 tokens with a larger global RoPE base).
 
 Devlin et al. 2019 trained 90% of the steps at 128 tokens (20 predictions)
 and the rest at 512 (80 predictions); NVIDIA's and google-research's recipes
@@ -11,7 +12,10 @@ changed, `data_iterator`), and each phase's step is compiled before step 1.
 
 `train.phases` lists them explicitly; `train.recipe="bert_two_phase"` builds
 the published split from `train.num_steps`; with neither, the run is one
-phase of the `data` / `train` shapes.
+phase of the `data` / `train` shapes. A phase's optional "model" entry
+overrides fields that change the function but not the parameters
+(``config_lib.PHASE_MODEL_FIELDS``, e.g. ``{"global_rope_theta": 1.6e6}``):
+that phase's step is compiled from its own model graph over the same state.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import math
 import zlib
 
 import ml_collections
+
+from bert_jax import config_lib
 
 # google-research/bert: 90% of steps at 128 tokens (20 predictions), then 512
 # (80 predictions), the same batch. NVIDIA's phase 2 warms up over 12.8% of
@@ -37,7 +43,7 @@ SCHEDULES = ("per_phase", "continuous")
 # tokenizes all of them, minutes for short runs, hours for BERT's 900k steps).
 DATA_POLICIES = ("reshuffle", "continue")
 FIELDS = ("num_steps", "seq_length", "max_predictions_per_seq", "batch_size")
-OPTIONAL_FIELDS = ("learning_rate", "warmup_steps")
+OPTIONAL_FIELDS = ("learning_rate", "warmup_steps", "decay_steps", "model")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,14 +57,19 @@ class Phase:
   batch_size: int
   learning_rate: float
   warmup_steps: int
+  decay_steps: int = 0  # train.schedule "wsd": this phase's decay.
+  # (field, value) pairs of config_lib.PHASE_MODEL_FIELDS overridden.
+  model: tuple = ()
 
   @property
   def end(self) -> int:
     return self.start + self.num_steps
 
   def describe(self) -> str:
+    model = "".join(f", model.{k} {v}" for k, v in self.model)
     return (f"seq_length {self.seq_length}, max_predictions_per_seq "
-            f"{self.max_predictions_per_seq}, batch_size {self.batch_size}")
+            f"{self.max_predictions_per_seq}, batch_size {self.batch_size}"
+            + model)
 
 
 def resolve(config: ml_collections.ConfigDict) -> list[Phase]:
@@ -91,7 +102,7 @@ def resolve(config: ml_collections.ConfigDict) -> list[Phase]:
                   batch_size=t.batch_size,
                   warmup_steps=math.ceil(TWO_PHASE_WARMUP * second))]
   elif t.phases:
-    specs = [_as_dict(p) for p in t.phases]
+    specs = _phase_specs(t.phases)
   else:
     specs = [dict(num_steps=t.num_steps, seq_length=d.seq_length,
                   max_predictions_per_seq=d.max_predictions_per_seq,
@@ -108,16 +119,25 @@ def resolve(config: ml_collections.ConfigDict) -> list[Phase]:
           f" (each phase sets {', '.join(FIELDS)}; optional "
           f"{', '.join(OPTIONAL_FIELDS)}).")
     for field in FIELDS:
-      if int(spec[field]) <= 0:
+      if _as_int(spec[field], f"train.phases[{i}].{field}") <= 0:
         raise ValueError(f"train.phases[{i}].{field}={spec[field]} must be "
                          "positive.")
+    model = _as_dict(spec.get("model") or {})
+    bad = sorted(set(model) - set(config_lib.PHASE_MODEL_FIELDS))
+    if bad:
+      raise ValueError(
+          f"train.phases[{i}].model sets {bad}: a phase may change only "
+          f"{', '.join(config_lib.PHASE_MODEL_FIELDS)} (fields that keep the "
+          "parameters' shapes).")
     out.append(Phase(
         index=i, start=start, num_steps=int(spec["num_steps"]),
         seq_length=int(spec["seq_length"]),
         max_predictions_per_seq=int(spec["max_predictions_per_seq"]),
         batch_size=int(spec["batch_size"]),
         learning_rate=float(spec.get("learning_rate", t.learning_rate)),
-        warmup_steps=int(spec.get("warmup_steps", t.warmup_steps))))
+        warmup_steps=int(spec.get("warmup_steps", t.warmup_steps)),
+        decay_steps=int(spec.get("decay_steps", t.decay_steps)),
+        model=tuple(sorted(model.items()))))
     start += out[-1].num_steps
   if start != t.num_steps:
     raise ValueError(f"train.phases add up to {start} steps but "
@@ -125,8 +145,43 @@ def resolve(config: ml_collections.ConfigDict) -> list[Phase]:
   return out
 
 
+# The form train.phases takes, quoted by every error about its shape.
+_PHASES_FORM = ("a tuple of dicts, one per phase, e.g. --config.train.phases="
+                "\"({'num_steps': 900, 'seq_length': 128, "
+                "'max_predictions_per_seq': 20, 'batch_size': 256}, "
+                "{'num_steps': 100, 'seq_length': 512, "
+                "'max_predictions_per_seq': 80, 'batch_size': 256})\"")
+
+
+def _phase_specs(phases) -> list[dict]:
+  """train.phases as a list of dicts; ValueError naming the field and the
+  expected form when it is something else (a number, a bare dict, ...)."""
+  if _is_mapping(phases) or not isinstance(phases, (list, tuple)) or not any(
+      _is_mapping(p) for p in phases):
+    hint = (" (one phase still goes in a tuple: add a trailing comma, "
+            "\"({...},)\")" if _is_mapping(phases) else "")
+    raise ValueError(f"train.phases={phases!r} must be {_PHASES_FORM}"
+                     f"{hint}.")
+  for i, spec in enumerate(phases):
+    if not _is_mapping(spec):
+      raise ValueError(f"train.phases[{i}]={spec!r} is not a dict: "
+                       f"train.phases must be {_PHASES_FORM}.")
+  return [_as_dict(p) for p in phases]
+
+
 def _as_dict(spec) -> dict:
   return dict(spec.to_dict() if hasattr(spec, "to_dict") else spec)
+
+
+def _is_mapping(x) -> bool:
+  return isinstance(x, (dict, ml_collections.ConfigDict))
+
+
+def _as_int(value, field: str) -> int:
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+      isinstance(value, float) and not value.is_integer()):
+    raise ValueError(f"{field}={value!r} must be a whole number.")
+  return int(value)
 
 
 def at_step(phases: list[Phase], step: int) -> Phase:
@@ -146,6 +201,8 @@ def phase_config(config: ml_collections.ConfigDict,
   out.data.seq_length = phase.seq_length
   out.data.max_predictions_per_seq = phase.max_predictions_per_seq
   out.train.batch_size = phase.batch_size
+  for field, value in phase.model:
+    out.model[field] = type(out.model[field])(value)
   if phase.index and config.train.phase_data == "reshuffle":
     out.train.seed = zlib.crc32(f"{config.train.seed}/phase{phase.index}"
                                 .encode())

@@ -4,8 +4,11 @@
 some seconds before it takes the machine, and a user at a terminal presses
 Ctrl-C (SIGINT). The loop asks ``reached(step)`` after every step; when it
 says True the loop commits a checkpoint of that step and exits 0, and the
-same command resumes. A second Ctrl-C stops at once (KeyboardInterrupt),
-keeping the previous checkpoint. With one process we catch
+same command resumes. A second Ctrl-C stops at once (KeyboardInterrupt:
+the entry point prints one line and exits 130), keeping the checkpoints
+already committed; a third, while that exit still waits for a save in
+flight, exits without waiting (the save's temporary directory is removed
+by the next run). With one process we catch
 SIGTERM ourselves; with several we use JAX's preemption sync point
 (``multihost_utils.reached_preemption_sync_point``), which lets every host
 agree on the same step to save at (``jax.distributed.initialize`` installs
@@ -21,6 +24,7 @@ stop after ``train.max_nonfinite_in_a_row`` consecutive skips) or ``"stop"``
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 
@@ -36,6 +40,7 @@ class PreemptionWatcher:
 
   def __init__(self, signals=(signal.SIGTERM, signal.SIGINT)):
     self.requested = False
+    self._interrupts = 0  # Ctrl-C after the first (which asks for a save).
     self._previous = {}
     self._multihost = jax.process_count() > 1
     if self._multihost:
@@ -50,6 +55,12 @@ class PreemptionWatcher:
   def _on_signal(self, signum, frame):
     del frame
     if self.requested and signum == signal.SIGINT:
+      self._interrupts += 1
+      if self._interrupts > 1:  # Third: not even the save in flight.
+        os.write(2, b"error: Interrupted again: exiting without waiting for "
+                 b"the checkpoint being written; the committed ones are kept."
+                 b" Run the same command to resume.\n")
+        os._exit(130)  # pylint: disable=protected-access
       raise KeyboardInterrupt  # Second Ctrl-C: the user does not want to wait.
     self.requested = True
     logging.warning("Received %s: finishing the current step, then saving a "

@@ -1,14 +1,16 @@
-"""Sharded train state and the jitted train / eval steps of any objective.
+"""Sharded train state and the jitted train / eval / predict steps.
 
-Read top to bottom: State, Update step, Eval step, Programs. The steps are
-pure functions of (state, batch) jitted with explicit in/out shardings and
-donated state; the model is rebuilt inside the trace from its static graphdef
-and the params pytree. The loop that drives them is ``training/trainer.py``.
+Read top to bottom: State, Update step, Eval and predict steps, Programs.
+The steps are pure functions of (state, batch) for any objective, jitted
+with explicit in/out shardings and donated state; the model is rebuilt
+inside the trace from its static graphdef and the params pytree. The loop
+that drives them is ``training/trainer.py``.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 
 import jax
 import jax.numpy as jnp
@@ -68,20 +70,19 @@ def init_state_fn(config, objective, tx):
   return init
 
 
-def state_shardings(config, mesh, tx, abstract_state, objective):
-  rules = sharding.rules(config.mesh)
-  _, abs_params = nnx.split(abstract_model(config, objective), nnx.Param)
-  params = sharding.param_shardings(abs_params, mesh, rules)
+def state_shardings(mesh, tx, abstract_state, params_sharding,
+                    frozen_sharding=None) -> dict:
+  """The train state's shardings: params (and frozen params) as their
+  logical names map onto the mesh, optimizer moments like their parameter,
+  scalars replicated."""
   rep = sharding.replicated(mesh)
   out = dict(
-      step=rep, rng=rep, params=params,
+      step=rep, rng=rep, params=params_sharding,
       opt_state=sharding.opt_state_shardings(tx, abstract_state["opt_state"],
-                                             params, mesh),
+                                             params_sharding, mesh),
       nonfinite_steps=rep, nonfinite_in_a_row=rep)
-  frozen = abstract_frozen(config, objective)
-  if frozen is not None:
-    out["frozen"] = sharding.param_shardings(
-        nnx.split(frozen, nnx.Param)[1], mesh, rules)
+  if frozen_sharding is not None:
+    out["frozen"] = frozen_sharding
   return out
 
 
@@ -130,12 +131,14 @@ def _microbatches(batch, k: int):
   return jax.tree.map(split, batch)
 
 
-def train_step(state, batch, *, graphdef, tx, config, objective,
+def train_step(state, batch, *, graphdef, tx, schedule, config, objective,
                frozen_graphdef=None):
   """One optimizer update on a global batch; returns (state, metrics).
 
   The objective's loss is normalised by counts of the whole global batch,
-  so gradient accumulation and any mesh give the same update.
+  so gradient accumulation and any mesh give the same update. `schedule` is
+  the one `tx` steps by: the logged learning rate is it at the optimizer's
+  own count (`optim.learning_rate`), the rate this update applies.
   """
   accum = int(config.train.grad_accum_steps)
   step = state["step"]
@@ -188,11 +191,11 @@ def train_step(state, batch, *, graphdef, tx, config, objective,
   )
   if "frozen" in state:
     new_state["frozen"] = state["frozen"]
-  schedule = optim.learning_rate_schedule(config.train,
-                                         phases_lib.resolve(config))
   metrics = dict(objective.metrics(sums, counts, config),
-                 learning_rate=schedule(step), grad_norm=grad_norm,
-                 finite=finite, work=batch_work(batch))
+                 learning_rate=optim.learning_rate(schedule,
+                                                   state["opt_state"]),
+                 grad_norm=grad_norm, finite=finite,
+                 work=batch_work(batch))
   metrics["loss"] = loss
   return new_state, metrics
 
@@ -209,7 +212,8 @@ def batch_loss(params, batch, *, graphdef, config, objective, rng=None,
 
 
 # ==============================================================================
-# Eval step: per-batch sums, added up on the host.
+# Eval and predict steps: per-batch sums (added up on the host) and, for
+# objectives that declare them, per-example predictions.
 # ==============================================================================
 def eval_step(params, batch, rng, frozen=None, *, graphdef, config, objective,
               frozen_graphdef=None):
@@ -221,51 +225,112 @@ def eval_step(params, batch, rng, frozen=None, *, graphdef, config, objective,
                              **_frozen_kwargs(frozen, frozen_graphdef))
 
 
+def predict_step(params, batch, rng, frozen=None, *, graphdef, config,
+                 objective, frozen_graphdef=None):
+  """(eval sums, predictions) of one batch: `eval_step`'s sums (the loss an
+  evaluator reports is the train step's, from the same `loss_sums`) and the
+  objective's `predict` outputs, one entry per row of the global batch, for
+  evaluators that score every example (task metrics, predictions files)."""
+  sums = eval_step(params, batch, rng, frozen, graphdef=graphdef,
+                   config=config, objective=objective,
+                   frozen_graphdef=frozen_graphdef)
+  model = nnx.merge(graphdef, params)
+  return sums, objective.predict(model, batch, config)
+
+
 # ==============================================================================
 # Jitted programs for a config on a mesh (used by the Trainer, tests, tools).
 # ==============================================================================
 class Programs:
-  """State shardings plus jitted init / train_step / eval_step on a mesh.
+  """State shardings plus jitted init / train / eval / predict steps on a mesh.
 
-  `train_step` and `eval_step` are `jax.jit` objects (call them, or
-  `.lower(...).compile()` them); run them inside `self.context()` so that
-  activation constraints see the mesh and rules.
+  Everything a step needs is derived here once: the phases' learning-rate
+  schedule and the optimizer stepping by it, the sharding rules, the
+  abstract model(s) with their graphdefs and param shardings, the state's
+  shardings and the batch sharding. `train_step`, `eval_step` and
+  `predict_step` (None for objectives without `predict`) are `jax.jit`
+  objects (call them, or `.lower(...).compile()` them); run them inside
+  `self.context()` so that activation constraints see the mesh and rules.
+  A phase whose model fields differ (context extension's RoPE base) gets its
+  own steps over the same state (`steps_for`).
   """
 
-  def __init__(self, config: ml_collections.ConfigDict, mesh, objective=None):
-    """`objective` defaults to the one `config.objective.name` names."""
+  def __init__(self, config: ml_collections.ConfigDict, mesh, objective=None,
+               *, phases=None):
+    """`objective` defaults to the one `config.objective.name` names,
+    `phases` to `phases.resolve(config)` (a run passes the ones it resolved
+    while checking the config)."""
     self.config, self.mesh = config, mesh
     self.objective = objective = objective or objectives.for_config(config)
+    self.phases = phases_lib.resolve(config) if phases is None else phases
     self.rules = sharding.rules(config.mesh)
-    self.tx = optim.make_optimizer(config.train, phases_lib.resolve(config))
-    self.graphdef = nnx.split(abstract_model(config, objective), nnx.Param)[0]
+    # ---- Optimizer: one schedule, applied by the update and logged from it.
+    self.schedule = optim.learning_rate_schedule(config.train, self.phases)
+    self.tx = optim.make_optimizer(config.train, self.schedule)
+    # ---- Abstract model(s): graphdefs and param shardings.
+    self.graphdef, abstract_params = nnx.split(
+        abstract_model(config, objective), nnx.Param)
+    self._params_sharding = sharding.param_shardings(abstract_params, mesh,
+                                                     self.rules)
     frozen = abstract_frozen(config, objective)
-    self.frozen_graphdef = (None if frozen is None else
-                            nnx.split(frozen, nnx.Param)[0])
+    self.frozen_graphdef, self._frozen_sharding = None, None
+    if frozen is not None:
+      self.frozen_graphdef, abstract_frozen_params = nnx.split(frozen,
+                                                               nnx.Param)
+      self._frozen_sharding = sharding.param_shardings(
+          abstract_frozen_params, mesh, self.rules)
+    # ---- State and batch shardings.
     init = init_state_fn(config, objective, self.tx)
     abstract_state = jax.eval_shape(init)
-    self.state_sharding = state_shardings(config, mesh, self.tx,
-                                          abstract_state, objective)
+    self.state_sharding = state_shardings(mesh, self.tx, abstract_state,
+                                          self._params_sharding,
+                                          self._frozen_sharding)
     self.abstract_state = jax.tree.map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
         abstract_state, self.state_sharding)
     self.batch_sharding = sharding.batch_sharding(mesh)
-    replicated = sharding.replicated(mesh)
+    # ---- Jitted steps.
     self.init = jax.jit(init, out_shardings=self.state_sharding)
-    self.train_step = jax.jit(
-        functools.partial(train_step, graphdef=self.graphdef, tx=self.tx,
-                          config=config, objective=objective,
+    self.train_step, self.eval_step, self.predict_step = self._jit_steps(
+        config, self.graphdef)
+    self._phase_steps = {}  # Model config (JSON) -> (train, eval) steps.
+
+  def _jit_steps(self, config, graphdef):
+    """(train, eval, predict or None) steps of `config`'s model graph."""
+    replicated = sharding.replicated(self.mesh)
+    train = jax.jit(
+        functools.partial(train_step, graphdef=graphdef, tx=self.tx,
+                          schedule=self.schedule, config=config,
+                          objective=self.objective,
                           frozen_graphdef=self.frozen_graphdef),
         in_shardings=(self.state_sharding, self.batch_sharding),
         out_shardings=(self.state_sharding, replicated),
         donate_argnums=(0,))
-    self.eval_step = jax.jit(
-        functools.partial(eval_step, graphdef=self.graphdef, config=config,
-                          objective=objective,
-                          frozen_graphdef=self.frozen_graphdef),
-        in_shardings=(self.state_sharding["params"], self.batch_sharding,
-                      replicated, self.state_sharding.get("frozen")),
-        out_shardings=replicated)
+    model_kwargs = dict(graphdef=graphdef, config=config,
+                        objective=self.objective,
+                        frozen_graphdef=self.frozen_graphdef)
+    eval_in = (self._params_sharding, self.batch_sharding, replicated,
+               self._frozen_sharding)
+    evaluate = jax.jit(functools.partial(eval_step, **model_kwargs),
+                       in_shardings=eval_in, out_shardings=replicated)
+    # Predictions come back replicated: every process sees every row.
+    predict = None if self.objective.predict is None else jax.jit(
+        functools.partial(predict_step, **model_kwargs),
+        in_shardings=eval_in, out_shardings=replicated)
+    return train, evaluate, predict
+
+  def steps_for(self, config):
+    """(train_step, eval_step) for a phase's config (`phases.phase_config`):
+    this run's own unless the phase overrides model fields (e.g. a larger
+    RoPE base), which then get their own graph over the same state."""
+    if config.model.to_dict() == self.config.model.to_dict():
+      return self.train_step, self.eval_step
+    key = json.dumps(config.model.to_dict(), sort_keys=True)
+    if key not in self._phase_steps:
+      graphdef = nnx.split(abstract_model(config, self.objective),
+                           nnx.Param)[0]
+      self._phase_steps[key] = self._jit_steps(config, graphdef)[:2]
+    return self._phase_steps[key]
 
   def warm_start(self, state):
     """A fresh state through the objective's `warm_start` (e.g. the teacher

@@ -14,16 +14,17 @@ from absl import logging
 
 from bert_jax import objectives
 from bert_jax import pretrained
-from bert_jax.models import flops as flops_lib
 from bert_jax.checkpoints import manager as checkpointing
 from bert_jax.checkpoints import reading as checkpoint_reading
 from bert_jax.checkpoints import workdir_lock
+from bert_jax.models import flops as flops_lib
 from bert_jax.training import config_checks
 from bert_jax.training import metrics_writer
 from bert_jax.training import phases as phases_lib
 from bert_jax.training import preemption
 from bert_jax.training import pretraining_input as pretraining_data
 from bert_jax.training import sharding
+from bert_jax.training import start_from
 from bert_jax.training import steps as steps_lib
 from bert_jax.training import utilization
 
@@ -107,15 +108,18 @@ class Trainer:
 
   Pretraining by default; fine-tuning passes its own `data` (train_iter,
   eval_batches, eval_extras()), `objective`, `evaluate` ((trainer, params)
-  -> metrics, for metrics that need every prediction rather than sums) and
-  `init_params` ((trainer, fresh params) -> params for a new run).
+  -> metrics, for metrics that need every prediction rather than sums: it
+  gets them from `predict`) and `init_params` ((fresh params, abstract
+  params) -> params for a new run, placed like the abstract ones). `phases`
+  are the ones `config_checks.validate` returned (None: resolved here).
   """
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
-               data=None, objective=None, evaluate=None, init_params=None):
+               data=None, objective=None, evaluate=None, init_params=None,
+               phases=None):
     self.config, self.workdir = config, workdir  # Validated by the caller.
     # ---- Phases: the one a resumed run is in decides the first pipeline.
-    self.phases = phases_lib.resolve(config)
+    self.phases = phases_lib.resolve(config) if phases is None else phases
     latest = _latest_step(workdir)
     self._phase = phases_lib.at_step(self.phases, max((latest or 0) - 1, 0))
     if data is None:
@@ -135,13 +139,15 @@ class Trainer:
     logging.info("Mesh %s over %d devices (%d processes).",
                  sharding.describe(self.mesh), jax.device_count(),
                  jax.process_count())
-    self.batch_sharding = sharding.batch_sharding(self.mesh)
 
     # ---- Model, state shardings and compiled steps (ahead of time).
-    self.programs = steps_lib.Programs(config, self.mesh, objective)
+    self.programs = steps_lib.Programs(config, self.mesh, objective,
+                                       phases=self.phases)
     self.abstract_state = self.programs.abstract_state
+    self.batch_sharding = self.programs.batch_sharding
     self.checkpointer = checkpointing.Checkpointer(workdir, config.checkpoint)
     self._train_steps = {}  # Global batch shape -> compiled step.
+    self._phase_steps = {}  # Phase index -> (compiled step, batch shape).
     self._compile()
 
   def _context(self):
@@ -162,26 +168,43 @@ class Trainer:
     with self._context():
       later = self.phases[self._phase.index + 1:]
       for phase in [self._phase] + later:
-        spec = p.batch_spec(phase.batch_size, phase.seq_length,
-                            phase.max_predictions_per_seq)
-        step = p.train_step.lower(p.abstract_state, spec).compile()
-        if phase is self._phase:
-          self.train_step, self._config_shape = step, spec["input_ids"].shape
-        else:
-          self._train_steps[spec["input_ids"].shape] = step
+        step = self._compile_phase(phase)
+        if phase is not self._phase:
           _log_memory(f"the train step of phase {phase.index + 1}/"
                       f"{len(self.phases)} ({phase.describe()})", step)
-      if self._evaluate_fn is None:  # Else the caller's evaluate compiles.
-        self.eval_step = p.eval_step.lower(
-            p.abstract_state["params"],
-            p.batch_spec(self._eval_local_batch_size() * jax.process_count()),
-            p.eval_rng(0), p.abstract_state.get("frozen")).compile()
+      self.train_step, self._config_shape = self._phase_steps[
+          self._phase.index]
+      self._compile_eval(self._phase)
     self.compile_seconds = time.time() - start
     if "frozen" in p.abstract_state:
       logging.info("Frozen params (no gradient, no optimizer state): %.1f MB "
                    "per device.", _bytes_per_device(p.abstract_state["frozen"])
                    / 2**20)
     _log_memory(f"train step in {self.compile_seconds:.1f}s", self.train_step)
+
+  def _compile_phase(self, phase):
+    """The train step of `phase` (its shapes and model), compiled once."""
+    if phase.index not in self._phase_steps:
+      p = self.programs
+      spec = p.batch_spec(phase.batch_size, phase.seq_length,
+                          phase.max_predictions_per_seq)
+      train_step, _ = p.steps_for(self._phase_config(phase))
+      self._phase_steps[phase.index] = (
+          train_step.lower(p.abstract_state, spec).compile(),
+          spec["input_ids"].shape)
+    return self._phase_steps[phase.index][0]
+
+  def _compile_eval(self, phase) -> None:
+    """The eval step of `phase`'s model (the caller's evaluate compiles
+    its own)."""
+    if self._evaluate_fn is not None:
+      return
+    p = self.programs
+    _, eval_step = p.steps_for(self._phase_config(phase))
+    self.eval_step = eval_step.lower(
+        p.abstract_state["params"],
+        p.batch_spec(self._eval_local_batch_size() * jax.process_count()),
+        p.eval_rng(0), p.abstract_state.get("frozen")).compile()
 
   def _train_step_for(self, batch):
     """The compiled step for this batch's shape: the config's shape is
@@ -217,7 +240,11 @@ class Trainer:
                "skipped)")
     logging.info("Phase %d/%d from step %d: %s; data: %s.", phase.index + 1,
                  len(self.phases), step, phase.describe(), where)
-    self._phase = phase
+    previous, self._phase = self._phase, phase
+    self.train_step, self._config_shape = self._phase_steps[phase.index]
+    if phase.model != previous.model:
+      with self._context():
+        self._compile_eval(phase)
 
   def _eval_local_batch_size(self) -> int:
     first = self.eval_batches[0] if self.eval_batches else None
@@ -243,13 +270,18 @@ class Trainer:
         self.train_iter = self.data.train_iterator(self._phase_config(phase))
         state = self.checkpointer.restore(step, self.abstract_state,
                                           self.train_iter, self.config)
+        with self._context():
+          self._compile_phase(phase)
+          self._compile_eval(phase)
+        self.train_step, self._config_shape = self._phase_steps[phase.index]
       logging.info("Resumed from checkpoint step %d in %s.", step,
                    self.checkpointer.directory)
       return state
     with self._context():
       state = self.programs.warm_start(self.programs.init())
     if self._init_params_fn is not None:
-      state = dict(state, params=self._init_params_fn(self, state["params"]))
+      state = dict(state, params=self._init_params_fn(
+          state["params"], self.abstract_state["params"]))
     elif self.config.train.init_from:
       state = dict(state, params=self._init_params(self.config.train.init_from))
     return state
@@ -279,6 +311,24 @@ class Trainer:
       totals = {k: totals.get(k, 0.0) + float(v) for k, v in sums.items()}
     return {k: float(v) for k, v in
             self.programs.objective.metrics(totals, totals, self.config).items()}
+
+  def predict(self, params, local_batch: dict, index: int = 0,
+              frozen=None) -> tuple[dict, dict]:
+    """(loss sums, predictions) of one eval batch, on the host: the
+    objective's `predict` outputs for every row of the global batch (all
+    processes' rows, in global order) and the sums its loss is made of.
+    `local_batch` is this process's rows (extra keys are ignored); `index`
+    picks the eval rng (`Programs.eval_rng`)."""
+    if self.programs.predict_step is None:
+      raise ValueError(f"objective {self.programs.objective.name!r} declares "
+                       "no predictions (Objective.predict).")
+    names = self.programs.objective.feature_spec(self.config)
+    batch = sharding.global_batch({k: local_batch[k] for k in names},
+                                  self.batch_sharding)
+    with self._context():
+      out = self.programs.predict_step(params, batch,
+                                       self.programs.eval_rng(index), frozen)
+    return jax.device_get(out)
 
   def _format(self, metrics: dict, everything: bool = False) -> str:
     """The objective's log keys (or every metric, for a custom evaluate)."""
@@ -318,6 +368,7 @@ class Trainer:
       logging.info("Checkpoint is at step %d >= train.num_steps=%d: nothing "
                    "to do.", start_step, train.num_steps)
     throughput = Throughput(peak)
+    window = []  # (loss, finite) of the steps since the last log line.
     for step in range(start_step, train.num_steps):
       if step >= self._phase.end:
         self._enter_phase(phases_lib.at_step(self.phases, step), step)
@@ -329,10 +380,13 @@ class Trainer:
       done = step + 1
       self.checkpointer.check_for_errors()  # A failed async save stops here.
       self._nonfinite.observe(done, metrics["finite"])
+      window.append((metrics["loss"], metrics["finite"]))  # No host sync.
       is_last = done == train.num_steps
       if done % train.log_every == 0 or is_last:
         metrics = jax.device_get(metrics)
         rates = throughput.read(phase_config)
+        metrics.update(_window_loss(jax.device_get(window), done))
+        window = []
         self._nonfinite.flush()  # Apply train.nonfinite_policy so far.
         metrics = {k: float(v) for k, v in metrics.items() if k != "finite"}
         metrics.update(rates)
@@ -386,6 +440,16 @@ class Trainer:
       self._preemption.close()
 
 
+def _window_loss(window, done: int) -> dict:
+  """The mean training loss over the steps since the last log line (the
+  last train.log_every steps, fewer at the end), finite steps only: one
+  batch's loss is noise, this is the number a summary reports."""
+  losses = [float(l) for l, finite in window if bool(finite)]
+  return dict(window_loss=float(np.mean(losses)) if losses else float("nan"),
+              window_first_step=done - len(window) + 1,
+              window_steps=len(losses))
+
+
 def run_trainer(trainer: Trainer, lock) -> dict:
   """Run `trainer` under the workdir `lock` (checked before every save)."""
   trainer.checkpointer.guard = lock.verify
@@ -402,6 +466,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   Every check runs before anything is written; then the run takes the
   workdir (`workdir_lock`: a second run on it is refused before it writes).
   """
-  config_checks.validate(config, jax.device_count(), jax.process_count())
+  phases = config_checks.validate(config, jax.device_count(),
+                                  jax.process_count())
+  config = start_from.resolve(config, workdir)  # The tokenizer of init_from.
   with workdir_lock.hold(workdir, take_over=take_over_workdir) as lock:
-    return run_trainer(Trainer(config, workdir), lock)
+    return run_trainer(Trainer(config, workdir, phases=phases), lock)

@@ -11,22 +11,25 @@ import pytest
 from bert_jax.checkpoints import workdir_lock
 from bert_jax.checkpoints.workdir_lock import WorkdirInUseError
 from bert_jax.checkpoints.workdir_lock import WorkdirLock
-from tests.helpers import REPO
 from tests.helpers import child_env
 
 # A process that takes a local workdir and holds it until killed.
+# (argv[2], when given, is the host the holder names: a run on another host
+# of a shared NFS mount.)
 _HOLDER = """
 import sys, time
 from bert_jax.checkpoints import workdir_lock
-workdir_lock.WorkdirLock(sys.argv[1]).acquire()
+lock = workdir_lock.WorkdirLock(sys.argv[1])
+lock.me["host"] = sys.argv[2] if len(sys.argv) > 2 else lock.me["host"]
+lock.acquire()
 print("HELD", flush=True)
 time.sleep(600)
 """
 
 
-def _start_holder(workdir):
+def _start_holder(workdir, host=None):
   proc = subprocess.Popen(
-      [sys.executable, "-c", _HOLDER.format(repo=REPO), str(workdir)],
+      [sys.executable, "-c", _HOLDER, str(workdir), *([host] if host else [])],
       env=child_env(), stdout=subprocess.PIPE, text=True)
   assert proc.stdout.readline().strip() == "HELD"
   return proc
@@ -112,3 +115,38 @@ def test_workdir_that_is_a_file_is_one_sentence(tmp_path):
   workdir_lock.prepare_workdir(str(tmp_path / "new" / "run"))
   assert (tmp_path / "new" / "run").is_dir()
   assert os.listdir(tmp_path / "new" / "run") == []  # The probe is gone.
+
+
+def test_take_over_never_writes_while_the_holder_keeps_its_lock(tmp_path):
+  """--take_over_workdir on a local (NFS) workdir whose holder on another
+  host still holds the flock: that run is alive, so the workdir is refused
+  with one line naming it and the lock file keeps the holder's identity
+  (issue 24: it warned and wrote anyway, two writers on one workdir)."""
+  from tests.helpers import failure_lines
+  from tests.helpers import run_main
+  from tests.helpers import written_files
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  holder = _start_holder(workdir, host="other-host")
+  try:
+    with open(workdir / workdir_lock.LOCK_NAME) as f:
+      before = f.read()
+    with pytest.raises(WorkdirInUseError) as e:
+      WorkdirLock(str(workdir), take_over=True).acquire()
+    msg = str(e.value)
+    assert len(msg.splitlines()) == 1
+    assert f"host other-host, pid {holder.pid}" in msg, msg
+    assert "its lock is held, so that run is alive" in msg, msg
+    # End to end: one line, exit 1, nothing of the holder's touched.
+    (line,) = failure_lines(
+        run_main(workdir, "--take_over_workdir", "--config.train.num_steps=2"),
+        max_lines=2)[-1:]
+    assert line.startswith(f"error: Workdir {workdir} is in use by another "
+                           f"run (host other-host, pid {holder.pid}"), line
+    assert written_files(workdir) == []
+    with open(workdir / workdir_lock.LOCK_NAME) as f:
+      assert f.read() == before
+    assert holder.poll() is None
+  finally:
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()

@@ -2,17 +2,16 @@
 
 import importlib
 import os
-import sys
 
 import pytest
 
 from bert_jax import config_lib
 from bert_jax import pretrained
-from tests.helpers import REPO
+from tests import helpers
 from tests.helpers.checkpoints import minilm_dir
 
-sys.path.insert(0, REPO)
-from configs import demo_continue  # pylint: disable=g-import-not-at-top
+demo_continue = helpers.config_module("demo_continue")
+
 
 
 def test_config_matches_the_installed_checkpoint():

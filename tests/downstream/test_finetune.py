@@ -10,7 +10,6 @@ script in a child that sees 8 simulated CPU devices.
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import os
 import random
@@ -32,11 +31,7 @@ POSITIVE, NEGATIVE = ["great", "good", "nice", "fun"], [
 
 def finetune_config(**train):
   """configs/finetune.py for a seconds-scale run on a tiny model."""
-  spec = importlib.util.spec_from_file_location(
-      "finetune_config", os.path.join(REPO, "configs", "finetune.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  config = module.get_config()
+  config = helpers.load_config("finetune")
   config.data.seq_length = 32
   config.task.buckets = (16, 32)
   config.train.update(
@@ -132,6 +127,66 @@ def test_resume_continues_the_same_run(tiny_hf, tmp_path):
   assert sorted(resumed) == list(range(13, 25)), sorted(resumed)
   for step, loss in resumed.items():
     assert loss == expected[step], (step, loss, expected[step])
+
+
+def test_eval_loss_and_scores_are_the_objectives_over_every_example(
+    tiny_hf, tmp_path):
+  """The evaluator's numbers come from the trainer's predict step: its loss
+  is classify's loss over the 37 real dev rows (the padding rows of the last
+  batches weigh 0) and its accuracy the argmax's, both as computed here from
+  an eager forward pass of the same params over each bucket's batches."""
+  import jax
+  from flax import nnx
+
+  from bert_jax import objectives
+  from bert_jax import pretrained
+  from bert_jax.data import tokenizers
+  from bert_jax.models import bert as model_lib
+  from bert_jax.objectives import classify
+  from bert_jax.training import config_checks
+  from bert_jax.training import trainer as trainer_lib
+  config = user_task(
+      finetune_config(init_from=tiny_hf["out"], num_steps=2),
+      write_csv(tmp_path / "train.csv", keyword_rows(64, 0)),
+      write_csv(tmp_path / "dev.csv", [  # Every third row past 16 tokens.
+          [text + " the film" * 6 * (i % 3 == 0), label]
+          for i, (text, label) in enumerate(keyword_rows(37, 1))]))
+  workdir = str(tmp_path / "out")
+  source = pretrained.resolve(config.train.init_from)
+  spec, train_rows, eval_rows = finetuning.read_task(config, workdir)
+  config = finetuning.resolve_config(config, source, spec, len(train_rows))
+  phases = config_checks.validate(config, 1, check_sources=False)
+  tok_spec = pretrained.tokenizer_spec(source)
+  tok = tokenizers.load(tok_spec.path, tok_spec.kind, tok_spec.lower_case)
+  task_input = finetuning.TaskInput(config, tok, train_rows, eval_rows)
+  evaluator = finetuning.Evaluator(spec, task_input, config)
+  trainer = trainer_lib.Trainer(
+      config, workdir, data=task_input, objective=objectives.get("classify"),
+      evaluate=evaluator, phases=phases,
+      init_params=lambda fresh, abstract: finetuning.encoder_init(
+          source, config, fresh, abstract))
+  try:
+    params = trainer.initial_state()["params"]
+    metrics = trainer.evaluate(params)
+  finally:
+    trainer.shutdown()
+  model = model_lib.BertForSequenceClassification(config.model,
+                                                  rngs=nnx.Rngs(0))
+  nnx.update(model, jax.device_get(params))
+  nll, hits, weight, lengths = 0.0, 0.0, 0.0, set()
+  for batch in task_input.eval_splits["validation"]:
+    lengths.add(batch["input_ids"].shape[1])
+    out = np.asarray(classify.logits(model, batch, None, True), np.float64)
+    logp = out - out.max(-1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+    w, y = batch["example_weights"], batch["labels"]
+    nll -= np.sum(w * logp[np.arange(len(y)), y])
+    hits += np.sum(w * (out.argmax(-1) == y))
+    weight += w.sum()
+  assert len(lengths) > 1 and weight == 37  # Several buckets; real rows.
+  assert evaluator.examples == {"validation": 37}
+  assert metrics["loss"] == pytest.approx(nll / weight, rel=1e-5)
+  assert metrics["accuracy"] == pytest.approx(hits / weight, abs=1e-9)
 
 
 def _minilm_dir() -> str:
@@ -268,11 +323,19 @@ def child_main(out_path):
                                       programs.batch_sharding)
         state, metrics = programs.train_step(state, batch)
         losses.append(float(metrics["loss"]))
+      # The evaluator's step: logits of every row, replicated, and the sums.
+      sums, predicted = programs.predict_step(
+          state["params"], sharding.global_batch(_classification_batch(9),
+                                                 programs.batch_sharding),
+          programs.eval_rng(0), None)
+    assert predicted["logits"].sharding.is_fully_replicated
     out[name] = np.array(losses)
+    out[f"{name}/logits"] = np.asarray(predicted["logits"])
+    out[f"{name}/sums"] = np.array([float(sums[k]) for k in sorted(sums)])
   np.savez(out_path, **out)
 
 
-def test_finetune_step_on_8_devices_equals_one(tmp_path):
+def test_finetune_and_predict_steps_on_8_devices_equal_one(tmp_path):
   out = str(tmp_path / "losses.npz")
   proc = subprocess.run([sys.executable, os.path.abspath(__file__), out],
                         env=helpers.child_env(devices=8), cwd=REPO, capture_output=True, text=True,
@@ -280,9 +343,11 @@ def test_finetune_step_on_8_devices_equals_one(tmp_path):
   assert proc.returncode == 0, proc.stderr[-4000:]
   losses = np.load(out)
   assert losses["single"][0] > 0.5  # Three classes: ~log 3 at the start.
+  assert losses["single/logits"].shape == (16, 3)
   for name in MESHES:
-    np.testing.assert_allclose(losses[name], losses["single"], rtol=1e-5,
-                               atol=1e-6, err_msg=name)
+    for what in ("", "/logits", "/sums"):
+      np.testing.assert_allclose(losses[name + what], losses["single" + what],
+                                 rtol=1e-5, atol=1e-5, err_msg=name + what)
 
 
 if __name__ == "__main__":

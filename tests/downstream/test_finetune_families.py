@@ -98,3 +98,21 @@ def test_pretraining_bert_still_refuses_factorized_embeddings():
   c.model.embedding_size = 32
   with pytest.raises(ValueError, match="BERT has no embedding projection"):
     model_lib.BertForPreTraining(c.model, rngs=nnx.Rngs(0))
+
+
+def test_distilbert_encoder_is_fine_tuned_with_the_data_settings_untouched():
+  """A DistilBERT student has no segment table: the fine-tuning config keeps
+  data.objective / data.nsp as set (pretraining's sentence-pair check is not
+  the task's) and passes the task's checks."""
+  from bert_jax.data import task_sources
+  from bert_jax.training import config_checks
+  from tests.helpers import tiny_models
+  source = pretrained.Source(pretrained.WORKDIR, "/distil_run",
+                             config=_config("distil"))
+  config = tiny_models.finetune_config("/distil_run", "train.csv", "dev.csv")
+  spec = task_sources.TaskSpec("kw", ("text",), label_names=("neg", "pos"))
+  resolved = finetuning.resolve_config(config, source, spec, num_train=64)
+  assert resolved.model.type_vocab_size == 0
+  assert resolved.data.to_dict() == config.data.to_dict()
+  assert config_lib.sentence_objective(resolved.data) == "nsp"
+  config_checks.validate(resolved, num_devices=1, check_sources=False)

@@ -37,8 +37,6 @@ CLASSIFIER_SCALE = 10.0
 def _our_run(base):
   """Trains NUM_STEPS with our train step; returns (hparams, losses,
   grad norms, export dir of the initial params, saved batches path)."""
-  import types
-
   from bert_jax import objectives
   from bert_jax import pretrained
   from bert_jax.data import tokenizers
@@ -66,9 +64,8 @@ def _our_run(base):
   programs = steps_lib.Programs(config, mesh, objectives.get("classify"))
   with programs.context():
     state = programs.init()
-  holder = types.SimpleNamespace(config=config,
-                                 abstract_state=programs.abstract_state)
-  params = finetuning.encoder_init(source, holder, state["params"])
+  params = finetuning.encoder_init(source, config, state["params"],
+                                   programs.abstract_state["params"])
   params["classifier"] = dict(
       params["classifier"],
       kernel=params["classifier"]["kernel"] * CLASSIFIER_SCALE)

@@ -152,9 +152,12 @@ def test_padded_vocab_rows_are_never_predicted(exported):
   runner = mask_filling.FillMask(mapping.unflatten_params(flat), padded, tok)
   rows = runner(TEXTS[0], top_k=n + pad)
   assert len(rows) == n and all(r["token"] < n for r in rows)
-  # Scores are the softmax over the whole table (as HF's pipeline): the
-  # padded rows hold almost all the mass, yet none of them is returned.
-  assert sum(r["score"] for r in rows) < 1e-6
+  # Scores are the softmax over the tokenizer's rows (an export has no
+  # others, so HF's pipeline computes the same): the padded rows, which
+  # would hold almost all the mass, take none.
+  np.testing.assert_allclose(sum(r["score"] for r in rows), 1.0, rtol=1e-5)
+  assert rows == mask_filling.FillMask(params, model_config, tok)(
+      TEXTS[0], top_k=n)
   assert rows[0]["token_str"] != ""
 
 
@@ -185,3 +188,46 @@ def test_cli_errors_are_one_line(exported, tmp_path):
       timeout=300)
   (line,) = failure_lines(r)
   assert line.startswith("error: The text has no [MASK] token"), line
+
+
+def _refusal(capsys, model: str) -> str:
+  """fill_mask's exit status and stderr for --model: one line, exit 1."""
+  assert fill_mask.main(["--model", model, "The [MASK] returns."]) == 1
+  captured = capsys.readouterr()
+  assert not captured.out
+  (line,) = captured.err.strip().splitlines()
+  return line
+
+
+def test_directory_without_mlm_head_is_refused(capsys):
+  """The shipped MiniLM (a BertModel: no MLM head) is refused as zero_shot
+  refuses it, instead of predicting from a freshly initialised head."""
+  from tests.helpers.checkpoints import minilm_dir
+  path = minilm_dir()
+  assert _refusal(capsys, path) == (
+      f"error: --model={path} has no masked-LM head (a BertModel "
+      "checkpoint, e.g. sentence-transformers'): filling masks needs one "
+      "trained with MLM (a pretraining workdir or a BertForMaskedLM / "
+      "BertForPreTraining directory).")
+
+
+def test_fine_tuned_workdir_is_one_line(tmp_path, capsys):
+  from bert_jax.models import bert as model_lib
+  from tests import helpers
+  from tests.helpers import tiny_models
+  from tests.helpers.checkpoints import random_tree
+  from tests.helpers.checkpoints import save_checkpoints
+  vocab_path = str(tmp_path / "vocab.txt")
+  n = len(tiny_models.write_vocab(vocab_path))
+  config = helpers.load_config("finetune")
+  config.model = tiny_models.tiny_model_config(n).model
+  config.data.update(tokenizer_type="wordpiece", tokenizer_path=vocab_path)
+  config.train.init_from = "/runs/pretrained"
+  workdir = str(tmp_path / "ft")
+  save_checkpoints(workdir, config, {4: random_tree(
+      lambda r: model_lib.BertForSequenceClassification(config.model,
+                                                        rngs=r))})
+  assert _refusal(capsys, workdir) == (
+      f"error: --model={workdir}: A 'classify' run holds no masked-LM head "
+      "(its models: bert_classify): nothing to fill masks with. Fill masks "
+      "with the model it was fine-tuned from: /runs/pretrained.")

@@ -139,6 +139,21 @@ def run_tool(script, *args, timeout=600):
       env=child_env(), capture_output=True, text=True, timeout=timeout)
 
 
+def config_module(name: str):
+  """configs/<name>.py as a module, loaded by path as --config does
+  (configs/ is a folder of files, not a package)."""
+  spec = importlib.util.spec_from_file_location(
+      f"configs_{name}", os.path.join(REPO, "configs", f"{name}.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def load_config(name: str) -> ml_collections.ConfigDict:
+  """configs/<name>.py's get_config()."""
+  return config_module(name).get_config()
+
+
 def import_tool(name: str):
   """tools/<name>.py as a module (tools/ is scripts, not a package)."""
   module = sys.modules.get(f"tools.{name}")

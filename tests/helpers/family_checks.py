@@ -1,5 +1,5 @@
-"""Shared checks for objectives beyond BERT (ALBERT, DistilBERT), and for
-BERT on packed rows ("bert_packed").
+"""Shared checks for objectives beyond BERT (ALBERT, DistilBERT, ModernBERT),
+and for BERT on packed rows ("bert_packed").
 
 `mesh_losses` runs 3 train steps of an objective on 1 device and on 8
 simulated CPU devices (DP=8, FSDP=8, DP=4 x TP=2) in a subprocess whose
@@ -22,6 +22,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MESHES = {"single": (1, 1, 1), "dp8": (8, 1, 1), "fsdp8": (1, 8, 1),
           "dp4_tp2": (4, 1, 2)}
 STEPS = 3
+# A ModernBERT small enough for the tests: 3 blocks (global, local, local),
+# an 8-token window (so 32-token rows run the blocked sliding window).
+MODERNBERT_TINY = dict(type_vocab_size=0, num_hidden_layers=3,
+                       intermediate_size=96, local_attention=8,
+                       global_attn_every_n_layers=3, layer_norm_eps=1e-5,
+                       classifier_dropout_prob=0.0)
 PACKED_SEQUENCES = 4
 
 
@@ -51,19 +57,19 @@ def family_config(family: str, data=1, fsdp=1, tensor=1):
     c.data.update(objective="packed", nsp=False)
   elif family == "bert_packed":
     c.data.update(packing=True, packing_max_sequences=PACKED_SEQUENCES)
+  elif family == "modernbert":
+    c.objective.name = "modernbert"
+    c.model.update(MODERNBERT_TINY)
+    c.data.update(objective="packed", nsp=False)
   else:
     raise ValueError(family)
   return c
 
 
 def load_config(name: str):
-  """configs/<name>.py's get_config(), loaded by path like --config does."""
-  import importlib.util
-  spec = importlib.util.spec_from_file_location(
-      f"configs_{name}", os.path.join(REPO, "configs", f"{name}.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
+  """configs/<name>.py's get_config() (``tests.helpers.load_config``)."""
+  from tests import helpers
+  return helpers.load_config(name)
 
 
 def _child(family: str, out_path: str) -> None:

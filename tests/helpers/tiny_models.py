@@ -140,13 +140,8 @@ def finetune_config(init_from: str, train_file: str, dev_file: str, *,
                     num_steps: int = 40, regression: bool = False,
                     learning_rate: float = 1e-3):
   """configs/finetune.py on the keyword task, tiny-run sized."""
-  import importlib.util
-  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  spec = importlib.util.spec_from_file_location(
-      "configs_finetune", os.path.join(repo, "configs", "finetune.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  config = module.get_config()
+  from tests import helpers
+  config = helpers.load_config("finetune")
   config.task.update(name="kw", train_file=train_file,
                      validation_file=dev_file, text_field="text",
                      regression=regression)

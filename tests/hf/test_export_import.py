@@ -15,10 +15,13 @@ import numpy as np
 import pytest
 
 from bert_jax import config_lib
+from bert_jax import export
 from bert_jax import pretrained
 from bert_jax.hf import checkpoint_io
+from bert_jax.hf import importing
 from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
+from bert_jax.hf import vocab
 from tests import helpers
 from tests.helpers import REPO as ROOT
 from tests.helpers import child_env
@@ -116,12 +119,14 @@ def test_bf16_params_and_compute_dtype_export_float32(tmp_path):
 
 def test_untrained_heads_are_flagged(tmp_path, caplog):
   cfg = config_lib.get_config("tiny")
-  assert pretrained.nsp_trained(cfg)
+  assert export.untrained_heads(cfg, "bert") == ()
   cfg.data.nsp = False
-  assert not pretrained.nsp_trained(cfg)
-  untrained = pretrained.untrained_heads(cfg)
+  untrained = export.untrained_heads(cfg, "bert")
+  assert untrained
+  assert export.untrained_heads(cfg, "albert") == ("albert.pooler",
+                                                   "sop_classifier")
   cfg.data.objective = "sop"
-  assert pretrained.nsp_trained(cfg)
+  assert export.untrained_heads(cfg, "bert") == ()
   mc = tiny_model_config()
   with caplog.at_level("WARNING"):
     checkpoint_io.save_hf_model(str(tmp_path), random_params(mc), mc,
@@ -145,7 +150,7 @@ def test_shape_mismatch_names_the_field(tmp_path):
                                  tiny_model_config(num_hidden_layers=1))
   with pytest.raises(ValueError, match="model.hidden_size"):
     checkpoint_io.save_imported(str(tmp_path / "i"), random_params(cfg), cfg,
-                     mapping.ImportReport())
+                     importing.ImportReport())
     pretrained.load_params(str(tmp_path / "i"), tiny_model_config(
         hidden_size=128, num_attention_heads=2))
 
@@ -252,7 +257,11 @@ def test_export_directory(trained):
   with open(os.path.join(trained["out"], "config.json")) as f:
     cfg = json.load(f)
   assert cfg["architectures"] == ["BertForPreTraining"]
-  assert cfg["hidden_size"] == 64 and cfg["vocab_size"] == 512
+  # The 512-row table less the rows past the tokenizer (hf.vocab).
+  n_tok = len(tokenizer_files.load_hf_tokenizer(trained["out"]).tokenizer
+              .get_vocab())
+  assert n_tok <= 500
+  assert cfg["hidden_size"] == 64 and cfg["vocab_size"] == n_tok
 
 
 def test_pytorch_logits_match_jax(trained):
@@ -272,13 +281,14 @@ def test_pytorch_logits_match_jax(trained):
   j = jax_outputs(trained["params"], trained["config"].model,
                   batch["input_ids"], batch["attention_mask"],
                   batch["token_type_ids"])
-  mlm = np.abs(t.prediction_logits.numpy() - j["mlm_logits"])
+  n_tok = model.config.vocab_size  # The tokenizer's rows (hf.vocab).
+  mlm = np.abs(t.prediction_logits.numpy() - j["mlm_logits"][..., :n_tok])
   nsp = np.abs(t.seq_relationship_logits.numpy() - j["nsp_logits"])
   print(f"max |MLM logit diff| {mlm.max():.3g}, max |NSP diff| {nsp.max():.3g}")
   assert mlm.max() < 1e-4 and nsp.max() < 1e-4
-  # Round trip: ours -> HF -> ours is bit-identical.
+  # Round trip: ours -> HF -> ours is bit-identical (the tokenizer's rows).
   back, _ = checkpoint_io.load_hf_params(out)
-  assert_trees_identical(trained["params"], back)
+  assert_trees_identical(vocab.trim(trained["params"], n_tok), back)
 
 
 def test_masked_lm_and_pipeline_load(trained):

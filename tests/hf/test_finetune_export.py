@@ -10,7 +10,6 @@ problem_type "regression".
 
 import json
 import os
-import sys
 
 import jax
 import numpy as np
@@ -20,7 +19,6 @@ from tests import helpers
 from tests.helpers import tiny_models
 
 REPO = helpers.REPO
-sys.path.insert(0, os.path.join(REPO, "tools"))
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -32,7 +30,7 @@ TEXTS = ["the movie was great", "a really boring film", "we saw it",
 
 
 def _finetune_and_export(base, *, regression: bool, num_steps: int):
-  import convert_to_hf  # pylint: disable=g-import-not-at-top
+  convert_to_hf = helpers.import_tool("convert_to_hf")
 
   from bert_jax.downstream import finetuning
   hf = tiny_models.make_hf_dir(os.path.join(base, "base"))

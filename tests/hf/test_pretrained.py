@@ -6,12 +6,14 @@ import shutil
 import time
 import types
 
+import ml_collections
 import numpy as np
 import pytest
 
 from bert_jax import config_lib
 from bert_jax import pretrained
 from bert_jax.hf import checkpoint_io
+from bert_jax.hf import importing
 from bert_jax.hf import mapping
 from tests.helpers.checkpoints import assert_trees_identical
 from tests.helpers.checkpoints import hf_model_config as tiny_model_config
@@ -82,7 +84,7 @@ def test_imported_dir(tmp_path):
   cfg = tiny_model_config()
   params = random_params(cfg, seed=4)
   out = str(tmp_path / "imp")
-  checkpoint_io.save_imported(out, params, cfg, mapping.ImportReport(),
+  checkpoint_io.save_imported(out, params, cfg, importing.ImportReport(),
                               data_overrides=dict(lower_case=False))
   with open(os.path.join(out, "vocab.txt"), "w") as f:
     f.write("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")
@@ -196,3 +198,25 @@ def test_record_on_a_url_workdir():
       workdir + "/tokenizer/record.json"))
   assert record == dict(kind="wordpiece", path="tokenizer/wp/vocab.txt",
                         lower_case=True)
+
+
+@pytest.mark.parametrize("stored", [1.0, 0.5])
+def test_older_electra_run_resolves_its_generator_temperature(tmp_path,
+                                                              stored):
+  """ELECTRA runs before objective.generator_temperature existed stored the
+  generator's sampling temperature as objective.temperature: resolved, the
+  run samples at that temperature, and objective.temperature is back to
+  DistilBERT's default (the old value does not leak into it)."""
+  config = config_lib.get_config("tiny").to_dict()
+  config["objective"] = dict(name="electra", temperature=stored,
+                             generator_hidden_size=0.5, disc_weight=50.0)
+  config = ml_collections.ConfigDict(config)
+  save_checkpoints(tmp_path / "old", config,
+                   {1: {"embeddings": {"x": np.zeros(3, np.float32)}}})
+  source = pretrained.resolve(str(tmp_path / "old"))
+  assert source.objective == "electra"
+  o = source.config.objective
+  assert o.generator_temperature == stored
+  assert o.temperature == config_lib.objective_config().temperature == 2.0
+  assert o.generator_hidden_size == 0.5  # The rest as stored / default.
+  assert o.generator_layers == config_lib.objective_config().generator_layers

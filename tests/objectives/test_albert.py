@@ -12,6 +12,7 @@ from bert_jax import config_lib
 from bert_jax import objectives
 from bert_jax import pretrained
 from bert_jax.hf import checkpoint_io
+from bert_jax.hf import importing
 from bert_jax.hf import mapping
 from bert_jax.models import albert
 from bert_jax.models import bert as model_lib
@@ -242,7 +243,7 @@ def test_export_matches_pytorch_and_round_trips(tmp_path):
   assert report.architecture == "AlbertForPreTraining" and not report.fresh
   jax.tree.map(np.testing.assert_array_equal, params, back)
   # And from the weights PyTorch itself holds (state_dict, tied copies).
-  back2, _ = mapping.from_hf_state_dict(
+  back2, _ = importing.from_hf_state_dict(
       {k: v.numpy() for k, v in hf.state_dict().items()}, mc, family="albert")
   jax.tree.map(np.testing.assert_array_equal, params, back2)
   # An AlbertForMaskedLM directory imports too: pooler and SOP head fresh.

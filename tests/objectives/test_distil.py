@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from bert_jax import export
 from bert_jax import pretrained
 from bert_jax.downstream import mask_filling
 from bert_jax.hf import checkpoint_io
@@ -130,8 +131,9 @@ def test_export_matches_pytorch_and_fill_mask_runs_on_it(tmp_path):
       "vocab_size", "intermediate_size")})
   student = distil.student_from_teacher(config, hf_dir["params"])
   out = str(tmp_path / "student")
-  distil.export_student(out, student, config, tokenizer=tokenizer_files.TokenizerSpec(
-      "wordpiece", hf_dir["vocab_path"], True))
+  export.write_hf_models(out, student, config,
+                         tokenizer=tokenizer_files.TokenizerSpec(
+                             "wordpiece", hf_dir["vocab_path"], True))
   module = mapping.make_model(student, distil.student_config(config),
                               family="distilbert")
   r = np.random.RandomState(0)
@@ -185,6 +187,13 @@ def test_resume_continues_exactly_and_the_student_exports(tmp_path):
   assert hf.config.n_layers == 1
   result = mask_filling.fill_mask(out, "the [MASK] of the function .", top_k=2)
   assert len(result) == 2
+  # The workdir fills masks with its student too (its run config's model
+  # group is the teacher's: the objective says which model the params are).
+  from_run = mask_filling.fill_mask(workdir, "the [MASK] of the function .",
+                                    top_k=2)
+  assert [r["token"] for r in from_run] == [r["token"] for r in result]
+  np.testing.assert_allclose([r["score"] for r in from_run],
+                             [r["score"] for r in result], atol=1e-5)
 
 
 @pytest.mark.parametrize("field,value,message", [

@@ -6,9 +6,6 @@ wide), so every test runs in seconds on CPU.
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,11 +13,13 @@ import pytest
 from flax import nnx
 
 from bert_jax import config_lib
+from bert_jax import export
+from bert_jax import pretrained
 from bert_jax.hf import electra as hf_electra
 from bert_jax.hf import mapping as hf
 from bert_jax.models import electra as electra_model
 from bert_jax.objectives import electra
-from tests.helpers import REPO
+from tests import helpers
 from tests.helpers.electra_batches import BATCH
 from tests.helpers.electra_batches import PREDS
 from tests.helpers.electra_batches import SEQ
@@ -30,12 +29,7 @@ from tests.helpers.electra_batches import tiny_electra_config
 
 
 def config_file(name: str):
-  """configs/<name>.py's get_config() (configs/ is files, not a package)."""
-  spec = importlib.util.spec_from_file_location(
-      f"configs_{name}", os.path.join(REPO, "configs", f"{name}.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
+  return helpers.load_config(name)
 
 
 
@@ -105,8 +99,9 @@ def test_parameter_counts_match_hugging_face(config_name):
       lambda: electra_model.ElectraForPreTraining(config, rngs=nnx.Rngs(0))))
 
   def hf_count(network, cls):
-    hf_cfg = transformers.ElectraConfig(**hf_electra.hf_config(config,
-                                                               network))
+    hf_cfg = transformers.ElectraConfig(
+        **hf.get(hf_electra.family_name(network)).config_to_hf(
+            hf_electra.network_config(config, network)))
     with torch.device("meta"):
       model = cls(hf_cfg)
     return sum(p.numel() for p in model.parameters())  # Tied: counted once.
@@ -282,7 +277,7 @@ def test_hf_export_logits_match_pytorch(tmp_path, embedding_size):
   transformers = pytest.importorskip("transformers")
   c = tiny_electra_config(embedding_size=embedding_size)
   graphdef, params = _randomized_params(c)
-  written = hf_electra.save_pretrained(str(tmp_path), params, c)
+  written = export.write_hf_models(str(tmp_path), params, c)
   assert "discriminator/model.safetensors" in written
   assert "generator/config.json" in written
   model = nnx.merge(graphdef, params)
@@ -317,8 +312,10 @@ def test_hf_export_logits_match_pytorch(tmp_path, embedding_size):
 def test_hf_round_trip_is_exact(tmp_path):
   c = tiny_electra_config(generator_hidden_size=0.5)
   _, params = _randomized_params(c, seed=3)
-  hf_electra.save_pretrained(str(tmp_path), params, c)
-  back, config = hf_electra.load_pretrained(str(tmp_path))
+  export.write_hf_models(str(tmp_path), params, c)
+  source = pretrained.resolve(str(tmp_path))
+  back, _ = pretrained.load_params(source)
+  config = source.config
   a, b = hf.flatten_params(params), hf.flatten_params(back)
   assert set(a) == set(b)
   for k in a:
@@ -334,7 +331,9 @@ def test_hf_round_trip_is_exact(tmp_path):
 def test_hf_import_rejects_untied_embeddings(tmp_path):
   c = tiny_electra_config()
   _, params = _randomized_params(c)
-  sds = hf_electra.to_hf_state_dicts(params, c)
+  sds = {n: hf.to_hf_state_dict(hf_electra.network_params(params, n),
+                                 family=hf_electra.family_name(n))
+         for n in hf_electra.NETWORKS}
   sds["generator"]["electra.embeddings.position_embeddings.weight"] += 1e-3
   with pytest.raises(ValueError, match="position_embeddings"):
     hf_electra.from_hf_state_dicts(sds, c)
@@ -405,6 +404,36 @@ def test_objective_name_alone_selects_electra_with_defaults():
   assert (g.hidden_size, g.embedding_size) == (32, 128)
   assert m.discriminator.encoder.embeddings_project is None
   assert c.objective.disc_weight == 50.0
+
+
+def test_objective_name_on_base_samples_the_generator_at_temperature_one():
+  """--config.objective.name=electra on configs/base.py: the generator is
+  sampled at objective.generator_temperature (1.0 unless set), never at
+  DistilBERT's objective.temperature (2.0 by default), which used to leak
+  in. The samples show in loss_sums through the discriminator's loss."""
+  def sums(**objective):
+    c = config_file("base")
+    c.objective.name = "electra"
+    c.objective.update(objective)
+    c.model.update(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2,
+                   num_attention_heads=4, intermediate_size=256,
+                   max_position_embeddings=64)
+    assert c.objective.temperature == 2.0  # DistilBERT's default is there.
+    m = make(c)
+    # A sharp generator (logits spread over ~6 nats), so that the
+    # temperature changes which tokens are drawn.
+    bias = m.generator.mlm_head.bias
+    bias[...] = 3.0 * jax.random.normal(jax.random.key(7), bias[...].shape)
+    batch = {k: jnp.asarray(v) for k, v in masked_batch(seed=3)[0].items()}
+    out = electra.loss_sums(m, batch, jax.random.key(11), True, c)
+    return {k: float(v) for k, v in out.items()}
+
+  default, one, two = sums(), sums(generator_temperature=1.0), sums(
+      generator_temperature=2.0)
+  assert default == one
+  # Other samples, another discriminator input (same weights, same rng).
+  assert default["disc_loss"] != two["disc_loss"], (default, two)
+  assert default["mlm_loss"] == two["mlm_loss"]  # The generator is the same.
 
 
 def test_both_networks_learn_on_a_fixed_batch():

@@ -184,9 +184,50 @@ def test_electra_resumes_exactly_after_kill(tmp_path):
 
 
 # ------------------------------------------------------------------------------
-# Export a trained run, then continue pretraining from the export.
+# A trained run: fill-mask in a fresh process, export, continue from the export.
 # ------------------------------------------------------------------------------
-def test_export_run_to_hf_and_continue_pretraining_from_it(tmp_path):
+MAIN = [sys.executable, "-m", "bert_jax.main", "--config",
+        os.path.join(REPO, "configs", "electra_small.py")]
+RUN_FLAGS = [f for f in FLAGS if "num_steps" not in f] + [
+    "--config.train.num_steps=4"]
+
+
+def _env():
+  env = child_env()
+  env.pop("XLA_FLAGS", None)
+  return env
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+  """configs/electra_small.py shrunk (FLAGS), 4 steps: a workdir."""
+  run = tmp_path_factory.mktemp("electra_run") / "run"
+  proc = subprocess.run([*MAIN, "--workdir", str(run), *RUN_FLAGS], cwd=REPO,
+                        env=_env(), capture_output=True, text=True,
+                        timeout=900)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return run
+
+
+def test_fill_mask_cli_on_the_workdir_in_a_fresh_process(trained_run):
+  """The generator fills the mask; the family tables load on first use, not
+  because some module happened to be imported before (a fresh process
+  used to print "No Hugging Face table for model family
+  'electra_generator'")."""
+  proc = subprocess.run(
+      [sys.executable, "-m", "bert_jax.fill_mask", "--model",
+       str(trained_run), "--top_k", "3", "--json",
+       "the list of [MASK] is sorted."], cwd=REPO, env=_env(),
+      capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  rows = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert len(rows) == 3 and all("[MASK]" not in r["sequence"] for r in rows)
+  scores = [r["score"] for r in rows]
+  assert scores == sorted(scores, reverse=True) and 0 < sum(scores) <= 1
+
+
+def test_export_run_to_hf_and_continue_pretraining_from_it(trained_run,
+                                                           tmp_path):
   torch = pytest.importorskip("torch")
   transformers = pytest.importorskip("transformers")
   import jax.numpy as jnp
@@ -195,16 +236,7 @@ def test_export_run_to_hf_and_continue_pretraining_from_it(tmp_path):
   from bert_jax import pretrained
   from bert_jax.hf import mapping
   from tests.helpers.electra_batches import masked_batch
-  env = child_env()
-  env.pop("XLA_FLAGS", None)
-  flags = [f for f in FLAGS if "num_steps" not in f] + [
-      "--config.train.num_steps=4"]
-  run = tmp_path / "run"
-  cmd = [sys.executable, "-m", "bert_jax.main", "--config",
-         os.path.join(REPO, "configs", "electra_small.py")]
-  proc = subprocess.run([*cmd, "--workdir", str(run), *flags], cwd=REPO,
-                        env=env, capture_output=True, text=True, timeout=900)
-  assert proc.returncode == 0, proc.stderr[-3000:]
+  env, flags, cmd, run = _env(), RUN_FLAGS, MAIN, trained_run
   out = tmp_path / "hf"
   proc = subprocess.run([sys.executable, "tools/convert_to_hf.py",
                          "--workdir", str(run), "--output", str(out)],
@@ -221,6 +253,9 @@ def test_export_run_to_hf_and_continue_pretraining_from_it(tmp_path):
   back, report = pretrained.load_params(str(out),
                                         source.config.model)
   assert pretrained.resolve(str(out)).kind == pretrained.ELECTRA
+  # The pair's tokenizer (fine-tuning from the pair reads it) is its halves'.
+  assert pretrained.tokenizer_spec(str(out)).path == str(
+      out / "discriminator" / "spiece.model")
   a, b = mapping.flatten_params(params), mapping.flatten_params(back)
   assert a.keys() == b.keys()
   assert all(np.array_equal(a[k], b[k]) for k in a), report

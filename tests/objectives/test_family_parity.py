@@ -365,7 +365,7 @@ def distil_reference(student_dir, teacher_dir, batch_path, hp, *,
 
 @pytest.fixture(scope="module")
 def distil_run(tmp_path_factory):
-  from bert_jax.objectives import distil
+  from bert_jax import export
   from tests.helpers import tiny_models
   base = str(tmp_path_factory.mktemp("distil_parity"))
   hf = tiny_models.make_hf_dir(os.path.join(base, "teacher"))
@@ -383,7 +383,7 @@ def distil_run(tmp_path_factory):
                            two_segments=False)
   init, losses, norms, _ = our_run(config, batches)
   student_dir = os.path.join(base, "student_hf")
-  distil.export_student(student_dir, init["params"], config)
+  export.write_hf_models(student_dir, init["params"], config)
   batch_path = os.path.join(base, "batches.npz")
   save_arrays(batch_path, batches)
   o = config.objective
@@ -479,7 +479,7 @@ def electra_reference(pair_dir, batch_path, noise_path, hp, *, temperature,
 @pytest.fixture(scope="module")
 def electra_run(tmp_path_factory):
   from bert_jax import config_lib
-  from bert_jax.hf import electra as hf_electra
+  from bert_jax import export
   from bert_jax.objectives import electra
   base = str(tmp_path_factory.mktemp("electra_parity"))
   config = config_lib.get_config("tiny")
@@ -504,7 +504,7 @@ def electra_run(tmp_path_factory):
   noises = [dict(noise=np.asarray(electra.sampling_noise(
       jax.random.fold_in(root, step), shape))) for step in range(NUM_STEPS)]
   pair_dir = os.path.join(base, "init_hf")
-  hf_electra.save_pretrained(pair_dir, init["params"], config)
+  export.write_hf_models(pair_dir, init["params"], config)
   batch_path = os.path.join(base, "batches.npz")
   noise_path = os.path.join(base, "noise.npz")
   save_arrays(batch_path, batches)
@@ -562,3 +562,68 @@ def test_electra_parity_sees_the_pad_row(electra_run):
   rel = max_rel(r["mlm"], theirs["mlm"])
   print(f"padding_idx kept: generator loss max relative difference {rel:.3g}")
   assert rel > TOLERANCE
+
+
+# =============================================================================
+# ModernBERT: masked LM on rows longer than its sliding window.
+# =============================================================================
+def modernbert_reference(model_dir, batch_path, hp, attn="sdpa", **config):
+  """ModernBertForMaskedLM with its own loss (`labels` with -100 off the
+  masked positions: the mean over them, our MLM sum / masked count when
+  positions are distinct and weights 0/1)."""
+  torch.manual_seed(0)
+  model = transformers.ModernBertForMaskedLM.from_pretrained(
+      model_dir, attn_implementation=attn, dtype=torch.float32,
+      embedding_dropout=0.0, mlp_dropout=0.0, attention_dropout=0.0,
+      **config)
+  model.train()
+  opt = TorchOptimizer(model.named_parameters(), **hp)
+  losses = []
+  for batch in load_arrays(batch_path):
+    b = tensors(batch)
+    out = model(input_ids=b["input_ids"].long(),
+                attention_mask=b["input_mask"].long(), labels=mlm_labels(b))
+    losses.append(opt.step(out.loss))
+  return np.array(losses), opt.numel()
+
+
+@pytest.fixture(scope="module")
+def modernbert_run(tmp_path_factory):
+  from bert_jax.hf import checkpoint_io
+  from tests.helpers import family_checks
+  base = str(tmp_path_factory.mktemp("modernbert_parity"))
+  config = family_checks.family_config("modernbert")  # 8-token window.
+  config.data.update(max_predictions_per_seq=PREDS, seq_length=SEQ)
+  config.train.update(TRAIN)
+  batches = masked_batches(NUM_STEPS, config.model.vocab_size, seed=3,
+                           two_segments=False)
+  init, losses, norms, _ = our_run(config, batches)
+  model_dir = os.path.join(base, "init_hf")
+  checkpoint_io.save_hf_model(model_dir, init["params"], config.model,
+                              family="modernbert")
+  batch_path = os.path.join(base, "batches.npz")
+  save_arrays(batch_path, batches)
+  return dict(hp=hparams(config), losses=losses, norms=norms,
+              size=count(init["params"]), model_dir=model_dir,
+              batch_path=batch_path)
+
+
+def test_modernbert_per_step_loss_equals_pytorch(modernbert_run):
+  r = modernbert_run
+  with one_thread():
+    theirs, numel = modernbert_reference(r["model_dir"], r["batch_path"],
+                                         r["hp"])
+  assert numel == r["size"]  # The decoder weight is the embedding, once.
+  compare("modernbert", r["losses"], theirs, r["norms"], r["hp"])
+
+
+def test_modernbert_parity_sees_a_wider_window(modernbert_run):
+  """The reference with local_attention 10 instead of 8 (one more key on
+  each side of every sliding-window query) breaks the comparison."""
+  r = modernbert_run
+  with one_thread():
+    theirs, _ = modernbert_reference(r["model_dir"], r["batch_path"],
+                                     r["hp"], local_attention=10)
+  rel = max_rel(r["losses"], theirs)
+  print(f"perturbed reference: max relative difference {rel:.3g}")
+  assert rel > 10 * TOLERANCE

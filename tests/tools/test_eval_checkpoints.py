@@ -1,8 +1,6 @@
 """tools/eval_checkpoints.py: one fine-tuning per saved pretraining step."""
 
 import csv
-import functools
-import importlib.util
 import json
 import os
 import random
@@ -10,6 +8,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from tests import helpers
 from tests.helpers import REPO
 from tests.helpers import run_tool
 from tests.helpers import tiny_models
@@ -17,14 +16,9 @@ from tests.helpers.checkpoints import random_params
 from tests.helpers.checkpoints import save_checkpoints
 
 
-@functools.cache
 def _tool():
-  """The tool as a module (loaded once: it defines absl flags)."""
-  spec = importlib.util.spec_from_file_location(
-      "eval_checkpoints", os.path.join(REPO, "tools", "eval_checkpoints.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  """The tool as a module (imported once: it defines absl flags)."""
+  return helpers.import_tool("eval_checkpoints")
 
 
 def _write_task(path, n, seed):

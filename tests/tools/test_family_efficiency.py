@@ -1,26 +1,18 @@
 """tools/family_efficiency.py's pure parts: the step count that spends the
 budget, the per-family configs, reading metrics.jsonl and the table."""
 
-import functools
-import importlib.util
 import json
-import os
 
 import pytest
 
 from bert_jax import objectives
-from tests.helpers import REPO
+from tests import helpers
 
-FAMILIES = ("bert", "electra", "albert", "distil")
+FAMILIES = ("bert", "electra", "albert", "distil", "modernbert")
 
 
-@functools.cache
 def tool():
-  spec = importlib.util.spec_from_file_location(
-      "family_efficiency", os.path.join(REPO, "tools", "family_efficiency.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return helpers.import_tool("family_efficiency")
 
 
 def _plan(family, budget_pflops=0.002):
@@ -41,9 +33,11 @@ def test_steps_spend_the_budget_within_one_step(family):
   assert config.train.num_steps == row["steps"] > 1
   assert config.train.warmup_steps == row["steps"] // 10
   assert config.train.eval_every == row["steps"]
-  # Same data settings as configs/demo.py for every family.
+  # Same data settings as configs/demo.py for every family (ModernBERT
+  # predicts 30% of the tokens: 20 of 64).
   assert (config.data.seq_length, config.train.batch_size,
-          config.data.max_predictions_per_seq) == (64, 32, 10)
+          config.data.max_predictions_per_seq) == (
+              64, 32, 20 if family == "modernbert" else 10)
 
 
 def test_families_differ_only_where_the_family_does():
@@ -58,6 +52,12 @@ def test_families_differ_only_where_the_family_does():
   assert rows["albert"]["params"] < rows["bert"]["params"]
   # The student plus its teacher's forward cost less than BERT's step.
   assert rows["distil"]["flops_per_step"] < rows["bert"]["flops_per_step"]
+  # ModernBERT: GeGLU of 8H/3 (here 160 = 32 x round(170.7 / 32)), MLM only
+  # at 30%, within 10% of BERT's parameters (no position/segment tables).
+  m = conf["modernbert"]
+  assert (m.objective.name, m.model.intermediate_size, m.data.mask_rate,
+          m.data.nsp) == ("modernbert", 160, 0.3, False)
+  assert abs(rows["modernbert"]["params"] / rows["bert"]["params"] - 1) < 0.1
   with pytest.raises(ValueError, match="'gpt' is not one of"):
     tool().overrides("gpt", 2, 64, 32)
 

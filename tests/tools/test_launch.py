@@ -2,7 +2,6 @@
 workdir check of tools/preflight.py. No gcloud and no TPU: --dry-run, a fake
 `gcloud` on PATH, and 2 CPU processes stand in."""
 
-import importlib.util
 import os
 import shlex
 import socket
@@ -103,11 +102,7 @@ def test_launch_needs_a_command():
 
 
 def _preflight_module():
-  spec = importlib.util.spec_from_file_location(
-      "preflight", os.path.join(REPO, "tools", "preflight.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return helpers.import_tool("preflight")
 
 
 def test_check_workdir():

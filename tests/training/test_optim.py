@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from bert_jax import config_lib
@@ -66,3 +67,119 @@ def test_gradients_are_clipped_to_max_norm():
 def test_unknown_optimizer_is_rejected():
   with pytest.raises(ValueError, match="train.optimizer='sgd'"):
     optim.make_optimizer(_train(optimizer="sgd"))
+
+
+# ------------------------------------------------------------------------------
+# StableAdamW and warmup-stable-decay (ModernBERT's recipe), by hand.
+# ------------------------------------------------------------------------------
+def _stable_adamw_by_hand(grads, params, lr, b1, b2, eps, wd, decays):
+  """optimi's StableAdamW written out in numpy, float64: per tensor,
+  lr_t = lr / max(1, sqrt(mean(g^2 / max(v_hat, eps^2)))), then AdamW's
+  step and decoupled decay at lr_t. Returns the per-step updates and RMS
+  ratios."""
+  m = {k: np.zeros_like(p) for k, p in params.items()}
+  v = {k: np.zeros_like(p) for k, p in params.items()}
+  p = {k: x.copy() for k, x in params.items()}
+  out, ratios = [], []
+  for t, g in enumerate(grads, start=1):
+    step, ratio = {}, {}
+    for k in p:
+      m[k] = b1 * m[k] + (1 - b1) * g[k]
+      v[k] = b2 * v[k] + (1 - b2) * g[k] ** 2
+      m_hat, v_hat = m[k] / (1 - b1 ** t), v[k] / (1 - b2 ** t)
+      rms = ratio[k] = np.sqrt(np.mean(g[k] ** 2 / np.maximum(v_hat,
+                                                               eps ** 2)))
+      lr_t = lr / max(1.0, rms)
+      step[k] = -lr_t * (m_hat / (np.sqrt(v_hat) + eps)
+                         + (wd * p[k] if decays[k] else 0.0))
+      p[k] = p[k] + step[k]
+    out.append(step)
+    ratios.append(ratio)
+  return out, ratios
+
+
+def test_stable_adamw_equals_the_hand_computed_updates():
+  """Three steps on a small tree; the third gradient of `w` jumps 30x, so
+  its RMS ratio exceeds 1 and its step shrinks; `bias` takes no decay. No
+  global-norm clipping (max_grad_norm is StableAdamW's to ignore)."""
+  r = np.random.RandomState(0)
+  params = {"w": r.normal(size=(3, 4)), "bias": r.normal(size=(4,))}
+  grads = [{k: r.normal(size=x.shape) for k, x in params.items()}
+           for _ in range(3)]
+  grads[2]["w"] = grads[2]["w"] * 30.0
+  hp = dict(lr=0.01, b1=0.9, b2=0.98, eps=1e-6, wd=0.1)
+  want, ratios = _stable_adamw_by_hand(grads, params, **hp,
+                                       decays={"w": True, "bias": False})
+  # Step 1's ratio is 1 exactly; the spike's is far above, bias's below.
+  assert ratios[2]["w"] > 1.5 and ratios[2]["bias"] <= 1.0, ratios
+  tx = optim.make_optimizer(_train(
+      optimizer="stable_adamw", learning_rate=hp["lr"], warmup_steps=0,
+      schedule="wsd", num_steps=10, adam_b1=hp["b1"], adam_b2=hp["b2"],
+      adam_eps=hp["eps"], weight_decay=hp["wd"], max_grad_norm=1e-3))
+  p = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), params)
+  state, update = tx.init(p), jax.jit(tx.update)
+  for g, expected in zip(grads, want):
+    g = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), g)
+    updates, state = update(g, state, p)
+    for k in params:
+      np.testing.assert_allclose(updates[k], expected[k], rtol=2e-5,
+                                 atol=1e-9, err_msg=k)
+    p = jax.tree.map(lambda a, u: a + u, p, updates)
+
+
+def test_stable_adamw_is_adamw_while_no_tensor_clips():
+  """With gradients of steady size the RMS ratio stays <= 1: the updates
+  are optax.adamw's (with the same decay mask)."""
+  r = np.random.RandomState(1)
+  params = {"dense": {"kernel": jnp.asarray(r.normal(size=(4, 4)),
+                                            jnp.float32)}}
+  train = dict(learning_rate=1e-2, warmup_steps=0, num_steps=100,
+               weight_decay=0.05, adam_b2=0.9)
+  stable = optim.make_optimizer(_train(optimizer="stable_adamw", **train))
+  adamw = optax.adamw(optim.learning_rate_schedule(_train(**train)), b1=0.9,
+                      b2=0.9, eps=1e-6, weight_decay=0.05)
+  s1, s2 = stable.init(params), adamw.init(params)
+  g = jax.tree.map(jnp.ones_like, params)
+  for _ in range(3):
+    u1, s1 = jax.jit(stable.update)(g, s1, params)
+    u2, s2 = jax.jit(adamw.update)(g, s2, params)
+    np.testing.assert_allclose(u1["dense"]["kernel"], u2["dense"]["kernel"],
+                               rtol=1e-6)
+
+
+@pytest.mark.parametrize("shape, at_90", [("linear", 5e-4),
+                                          ("1-sqrt", 1e-3 * (1 - 0.5 ** 0.5))])
+def test_warmup_stable_decay_by_hand(shape, at_90):
+  """Peak 1e-3, warmup 10, the last 20 of 100 steps decay to 0."""
+  sched = optim.learning_rate_schedule(_train(
+      learning_rate=1e-3, warmup_steps=10, num_steps=100, schedule="wsd",
+      decay_steps=20, decay_shape=shape))
+  want = {0: 0.0, 5: 5e-4, 10: 1e-3, 50: 1e-3, 80: 1e-3, 90: at_90,
+          100: 0.0, 120: 0.0}
+  for step, lr in want.items():
+    np.testing.assert_allclose(float(sched(step)), lr, atol=1e-10,
+                               err_msg=str(step))
+
+
+def test_wsd_rejects_a_decay_longer_than_the_run():
+  with pytest.raises(ValueError, match=r"train.decay_steps=95 must be in"):
+    optim.make_optimizer(_train(schedule="wsd", warmup_steps=10,
+                                num_steps=100, decay_steps=95))
+  with pytest.raises(ValueError, match="train.schedule='cosine'"):
+    optim.make_optimizer(_train(schedule="cosine"))
+
+
+def test_modernbert_norms_take_no_weight_decay():
+  params = {"model": {"final_norm": {"scale": 1.0},
+                      "embeddings": {"norm": {"scale": 1.0},
+                                     "tok_embeddings": 1.0},
+                      "layers": {1: {"attn_norm": {"scale": 1.0},
+                                     "attn": {"wqkv": 1.0}}}},
+            "decoder": {"bias": 1.0}}
+  mask = optim.decay_mask(params)
+  assert mask["model"]["final_norm"]["scale"] is False
+  assert mask["model"]["embeddings"] == {"norm": {"scale": False},
+                                         "tok_embeddings": True}
+  assert mask["model"]["layers"][1] == {"attn_norm": {"scale": False},
+                                        "attn": {"wqkv": True}}
+  assert mask["decoder"]["bias"] is False

@@ -277,3 +277,82 @@ def test_unread_checkpoint_coroutines_are_not_printed(monkeypatch):
     coro.close()
   # Orbax's read coroutine is dropped; other unraisable errors still print.
   assert [info.object for info in printed] == ["something else"]
+
+
+# ------------------------------------------------------------------------------
+# Ctrl-C twice (and three times): one line, never a traceback (issue 24).
+# ------------------------------------------------------------------------------
+# `python -m bert_jax.main` whose checkpoint writes are slow (a big model, a
+# far bucket): the preemption save of the first Ctrl-C is still being
+# written when the next Ctrl-C comes. SLOW_SAVE sleeps after the save
+# started (it is in flight in Orbax's thread); SLOW_WAIT sleeps before the
+# wait for it at the end.
+_SLOW_SAVE_DRIVER = """
+import os, time
+from bert_jax.checkpoints import manager as checkpointing
+_save, _wait = checkpointing.Checkpointer.save, checkpointing.Checkpointer.wait
+
+def save(self, step, *args, force=False, **kwargs):
+  out = _save(self, step, *args, force=force, **kwargs)
+  if force:
+    print(f"SAVE STARTED {step}", flush=True)  # One write: read whole.
+    time.sleep(float(os.environ["SLOW_SAVE"]))
+  return out
+
+def wait(self):
+  time.sleep(float(os.environ.get("SLOW_WAIT", "0")))
+  return _wait(self)
+
+checkpointing.Checkpointer.save, checkpointing.Checkpointer.wait = save, wait
+from bert_jax import cli, main
+cli.run(main.main)
+"""
+
+
+@pytest.mark.parametrize("presses", [2, 3])
+def test_ctrl_c_again_stops_at_once_with_one_line_and_keeps_checkpoints(
+    tmp_path, presses):
+  workdir = tmp_path / "run"
+  driver = tmp_path / "driver.py"
+  driver.write_text(_SLOW_SAVE_DRIVER)
+  log = open(f"{workdir}.log", "a")
+  cmd = [sys.executable, str(driver), *_cmd(workdir)[3:],
+         "--config.train.num_steps=100000",
+         "--config.checkpoint.save_every_steps=2"]
+  proc = subprocess.Popen(
+      cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True,
+      env=child_env(SLOW_SAVE="30", SLOW_WAIT="30" if presses == 3 else "0"))
+  helpers.wait_for_step(proc, workdir, 3)
+  proc.send_signal(signal.SIGINT)  # Save this step and exit 0, as documented.
+  deadline = time.time() + 300
+  while not re.search(r"SAVE STARTED \d+\n", helpers.run_log(workdir)):
+    assert proc.poll() is None and time.time() < deadline, (
+        helpers.run_log(workdir)[-3000:])
+    time.sleep(0.05)
+  (saved,) = re.findall(r"SAVE STARTED (\d+)\n", helpers.run_log(workdir))
+  for press in range(1, presses):
+    proc.send_signal(signal.SIGINT)  # The user does not want to wait.
+    if press < presses - 1:
+      time.sleep(2)  # Into the (slow) wait for the save in flight.
+  rc = proc.wait(timeout=25)  # Not the 30 s sleeps: at once.
+  out = helpers.run_log(workdir)
+  assert rc == 130, out[-3000:]
+  assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
+  last = _ours(out)[-1]
+  if presses == 2:
+    # The save in flight was finished before exiting, and is named.
+    assert last == (
+        "error: Interrupted (Ctrl-C): stopped at once, without saving; the "
+        f"newest checkpoint is step {saved}. Run the same command to "
+        "resume."), last
+  else:
+    assert last == (
+        "error: Interrupted again: exiting without waiting for the checkpoint "
+        "being written; the committed ones are kept. Run the same command to "
+        "resume."), last
+  # Nothing committed is lost: the newest step restores.
+  from bert_jax.checkpoints import reading as checkpoint_reading
+  steps = _steps(workdir)
+  assert steps and (presses == 3 or max(steps) == int(saved)), steps
+  params, _, step = checkpoint_reading.load_params(str(workdir))
+  assert step == max(steps) and params

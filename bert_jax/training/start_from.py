@@ -1,0 +1,146 @@
+"""What a new run's params start from, and so which tokenizer it uses.
+
+``train.init_from`` (and an objective's own sources, e.g. a DistilBERT
+teacher: ``Objective.param_sources``) hand the run embeddings trained with
+one tokenizer: token id i means what it meant there. So such a run's
+tokenizer is theirs, never a new one trained on the corpus (whose ids would
+mean other tokens: ``data.tokenizer_vocab_size`` does not apply).
+:func:`resolve` runs at startup, before anything is written:
+
+- each source is resolved (a path that is no checkpoint, another kind of
+  model such as GPT-2, or train.init_from of another architecture, is one
+  line naming the field);
+- the run's ``data.tokenizer_type/tokenizer_path/lower_case`` become the
+  source's tokenizer (its ``tokenizer/record.json``, or the vocab.txt /
+  spiece.model of a Hugging Face or imported directory);
+- a ``data.tokenizer_path`` naming another vocabulary, or two sources with
+  different tokenizers, are refused with one line naming both.
+
+A run that resumes from its own checkpoint uses the tokenizer it recorded
+when it started, so the source may be gone by then.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+from absl import logging
+from etils import epath
+
+from bert_jax import objectives
+from bert_jax import pretrained
+from bert_jax.checkpoints import reading as checkpoint_reading
+from bert_jax.hf import tokenizer_files
+
+
+def sources(config) -> dict[str, str]:
+  """{config field: path} of the params a new run of `config` starts from."""
+  found = {}
+  if config.train.init_from:
+    found["train.init_from"] = config.train.init_from
+  hook = objectives.for_config(config).param_sources
+  if hook is not None:
+    found.update(hook(config))
+  return found
+
+
+def _contents(spec) -> bytes:
+  return epath.Path(spec.path).read_bytes()
+
+
+def _same(a, b) -> bool:
+  """The same tokenizer: kind, case folding (WordPiece) and file bytes."""
+  if a.kind != b.kind or (a.kind == "wordpiece" and
+                          a.lower_case != b.lower_case):
+    return False
+  return a.path == b.path or _contents(a) == _contents(b)
+
+
+def _describe(spec) -> str:
+  case = ("" if spec.kind == "sentencepiece" else
+          ", uncased" if spec.lower_case else ", cased")
+  return f"{spec.path} ({spec.kind}{case})"
+
+
+def _resumes(workdir: str) -> bool:
+  try:
+    return bool(checkpoint_reading.committed_steps(workdir))
+  except FileNotFoundError:
+    return False
+
+
+def _source_tokenizer(field: str, path: str, given: bool, config):
+  """The tokenizer the params at `path` were trained with; None when it
+  ships none that bert_jax reads and the config names one (`given`).
+  train.init_from's architecture is checked here too (a teacher's by its
+  objective): before the run writes anything, not after its compile."""
+  try:
+    source = pretrained.resolve(path)
+  except (ValueError, FileNotFoundError) as e:
+    raise type(e)(f"{field}: {e}") from None
+  if field == "train.init_from":
+    pretrained.check_fits(source, config.model, field)
+  try:
+    return pretrained.tokenizer_spec(source)
+  except FileNotFoundError as e:
+    if given:
+      logging.warning("%s=%s ships no tokenizer file to compare with (%s); "
+                      "using data.tokenizer_path as given.", field, path, e)
+      return None
+    raise FileNotFoundError(
+        f"{field}={path} ships no tokenizer bert_jax reads (vocab.txt or a "
+        "SentencePiece .model): set data.tokenizer_path to the one its "
+        "embeddings were trained with.") from None
+
+
+def resolve(config, workdir: str) -> ml_collections.ConfigDict:
+  """`config` with the tokenizer of the params it starts from (a copy;
+  `config` itself when it starts from none). ValueError or
+  FileNotFoundError, one sentence naming the field, when a source is no
+  checkpoint or the tokenizers disagree."""
+  found = sources(config)
+  if not found:
+    return config
+  data = config.data
+  given = None
+  if data.tokenizer_path:
+    given = tokenizer_files.TokenizerSpec(
+        data.tokenizer_type, data.tokenizer_path, bool(data.lower_case))
+  if _resumes(workdir):
+    # The params came from the source when this run started; its record
+    # names the tokenizer it has used since.
+    spec = pretrained.recorded_tokenizer(workdir)
+    if spec is None or given is not None:
+      return config
+    return _with(config, spec, f"the one this run recorded in {workdir}")
+  chosen, chosen_field = None, ""
+  for field, path in found.items():
+    spec = _source_tokenizer(field, path, given is not None, config)
+    if spec is None:
+      continue
+    if chosen is not None and not _same(chosen, spec):
+      raise ValueError(
+          f"{chosen_field}={found[chosen_field]} and {field}={path} were "
+          f"trained with different tokenizers ({_describe(chosen)} vs "
+          f"{_describe(spec)}): their token ids mean different tokens, so "
+          "one run cannot start from both.")
+    chosen, chosen_field = chosen or spec, chosen_field or field
+  if given is not None:
+    if chosen is not None and not _same(given, chosen):
+      raise ValueError(
+          f"data.tokenizer_path={data.tokenizer_path} is not the tokenizer "
+          f"{chosen_field}={found[chosen_field]} was trained with "
+          f"({_describe(chosen)}): its embeddings would be read with other "
+          "token ids. Leave data.tokenizer_path empty to use that one.")
+    return config
+  return _with(config, chosen, f"the one {chosen_field}="
+               f"{found[chosen_field]} was trained with")
+
+
+def _with(config, spec, which: str):
+  out = ml_collections.ConfigDict(config.to_dict())
+  out.data.update(tokenizer_type=spec.kind, tokenizer_path=spec.path,
+                  lower_case=bool(spec.lower_case))
+  logging.info("Tokenizer: %s, %s (a new one would give the embeddings "
+               "other token ids; data.tokenizer_vocab_size does not apply).",
+               _describe(spec), which)
+  return out

@@ -1,0 +1,273 @@
+"""ModernBERT and Hugging Face (bert_jax/hf/modernbert.py): our export
+loads in stock transformers with our logits (fp32, 1e-4; rows longer than
+the sliding window, padded rows, both attention implementations), a
+directory made by transformers' own random init imports with its logits and
+hidden states, classifiers go both ways, config.json converts both ways
+(and is refused where we would compute another function), and fill-mask
+gives the pipeline's answer."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from bert_jax import pretrained
+from bert_jax.hf import checkpoint_io
+from bert_jax.hf import mapping
+from bert_jax.hf import modernbert as hf_modernbert
+from tests.helpers import family_checks
+from tests.helpers import tiny_models
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+T = 40  # Longer than the 8-token window: the window matters (blocked too).
+LENGTHS = (40, 27, 9, 1)
+
+
+def model_config(**fields):
+  config = family_checks.family_config("modernbert").model
+  config.update(fields)
+  return config
+
+
+def batch(vocab, seed=0):
+  r = np.random.RandomState(seed)
+  mask = (np.arange(T)[None] < np.asarray(LENGTHS)[:, None]).astype(np.int32)
+  return (r.randint(5, vocab, (len(LENGTHS), T)) * mask).astype(np.int32), mask
+
+
+@pytest.fixture(autouse=True, scope="module")
+def torch_one_thread():
+  """Tiny models; two torch threads on two busy cores run ~10x slower."""
+  before = torch.get_num_threads()
+  torch.set_num_threads(1)
+  yield
+  torch.set_num_threads(before)
+
+
+def fresh_params(config, family="modernbert", seed=0):
+  """The family model's init as a nested dict (jitted: eager init op by
+  op is slow)."""
+  make = mapping.get(family).make_model
+  return jax.device_get(jax.jit(lambda: nnx.to_pure_dict(nnx.state(
+      make(config, nnx.Rngs(seed)), nnx.Param)))())
+
+
+def random_params(config, family="modernbert", scale=0.3, seed=0):
+  """Fresh params with every tensor redrawn at `scale` (norm scales around
+  1): init-sized weights would make near-zero logits that hide errors."""
+  flat = mapping.flatten_params(fresh_params(config, family, seed))
+  r = np.random.RandomState(seed)
+  out = {}
+  for k, v in flat.items():
+    x = r.normal(0, scale, v.shape).astype(np.float32)
+    out[k] = 1.0 + x if k.endswith("norm.scale") else x
+  return mapping.unflatten_params(out)
+
+
+def our_outputs(params, config, ids, mask, family="modernbert"):
+  model = mapping.make_model(params, config, family=family)
+  graphdef, state = nnx.split(model)
+  fn = jax.jit(lambda s, i, m: nnx.merge(graphdef, s)(i, m))
+  out = fn(state, ids, mask)
+  return jax.tree.map(np.asarray, out)
+
+
+def hf_model(cls, path, attn="eager"):
+  return cls.from_pretrained(path, attn_implementation=attn,
+                             dtype=torch.float32).eval()
+
+
+def real(x, mask):
+  return x[mask.astype(bool)]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+  base = str(tmp_path_factory.mktemp("modernbert_hf"))
+  config = model_config()
+  params = random_params(config)
+  out = os.path.join(base, "mlm")
+  checkpoint_io.save_hf_model(out, params, config, family="modernbert")
+  return dict(base=base, config=config, params=params, out=out)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_export_gives_our_logits_in_pytorch(exported, attn):
+  config, params = exported["config"], exported["params"]
+  ids, mask = batch(config.vocab_size)
+  ours = our_outputs(params, config, ids, mask)["mlm_logits"]
+  model = hf_model(transformers.ModernBertForMaskedLM, exported["out"], attn)
+  with torch.no_grad():
+    theirs = model(input_ids=torch.tensor(ids).long(),
+                   attention_mask=torch.tensor(mask).long()).logits.numpy()
+  assert np.abs(theirs).max() > 1.0  # Not a trivially small comparison.
+  np.testing.assert_allclose(real(ours, mask), real(theirs, mask), atol=1e-4,
+                             rtol=1e-4)
+
+
+def test_config_json_is_hugging_faces_and_reads_back(exported):
+  with open(os.path.join(exported["out"], "config.json")) as f:
+    cfg = json.load(f)
+  hf = transformers.ModernBertConfig.from_pretrained(exported["out"])
+  assert hf.layer_types == ["full_attention", "sliding_attention",
+                            "sliding_attention"]
+  assert hf.sliding_window == 4 and cfg["local_attention"] == 8
+  assert hf.rope_parameters["full_attention"]["rope_theta"] == 160_000.0
+  assert hf.rope_parameters["sliding_attention"]["rope_theta"] == 10_000.0
+  back = hf_modernbert.config_from_hf(cfg)
+  for field in ("vocab_size", "hidden_size", "num_hidden_layers",
+                "intermediate_size", "local_attention",
+                "global_attn_every_n_layers", "global_rope_theta",
+                "local_rope_theta", "layer_norm_eps", "hidden_act"):
+    assert back[field] == exported["config"][field], field
+  # Hub configs from before layer_types / rope_parameters read the same.
+  old = {k: v for k, v in cfg.items()
+         if k not in ("layer_types", "rope_parameters")}
+  old.update(global_rope_theta=160_000.0, local_rope_theta=10_000.0,
+             global_attn_every_n_layers=3)
+  assert hf_modernbert.config_from_hf(old).to_dict() == back.to_dict()
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(norm_bias=True), "norm_bias=True: this ModernBERT implements "
+     "norm_bias=False only"),
+    (dict(layer_types=["full_attention", "full_attention",
+                       "sliding_attention"]), "layer_types="),
+    (dict(rope_parameters={"full_attention": {"rope_type": "yarn"}}),
+     "rope_type='yarn'"),
+    (dict(classifier_activation="silu"), "classifier_activation='silu'"),
+])
+def test_configs_we_would_compute_wrong_are_refused(exported, change,
+                                                    message):
+  with open(os.path.join(exported["out"], "config.json")) as f:
+    cfg = dict(json.load(f), **change)
+  with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+    hf_modernbert.config_from_hf(cfg)
+
+
+def test_import_of_transformers_random_init(tmp_path):
+  """ModernBertForMaskedLM as transformers initializes it (its own
+  truncated normals, tied decoder omitted or written) -> our tree, our
+  logits equal its; a bare ModernBertModel imports with a fresh head
+  (reported) and the same last hidden state."""
+  cfg = transformers.ModernBertConfig(
+      vocab_size=200, hidden_size=64, intermediate_size=96,
+      num_hidden_layers=4, num_attention_heads=4, local_attention=8,
+      global_attn_every_n_layers=2, pad_token_id=0, bos_token_id=2,
+      eos_token_id=3, cls_token_id=2, sep_token_id=3,
+      max_position_embeddings=128)
+  torch.manual_seed(0)
+  theirs = transformers.ModernBertForMaskedLM(cfg).eval()
+  path = str(tmp_path / "hf_mlm")
+  theirs.save_pretrained(path)
+  ids, mask = batch(200, seed=1)
+  source = pretrained.resolve(path)
+  assert source.family == "modernbert"
+  config = pretrained.load_model_config(source)
+  assert (config.global_attn_every_n_layers, config.local_attention) == (2, 8)
+  params, report = pretrained.load_params(source, config)
+  assert report.architecture == "ModernBertForMaskedLM" and not report.fresh
+  ours = our_outputs(params, config, ids, mask)
+  with torch.no_grad():
+    want = theirs(input_ids=torch.tensor(ids).long(),
+                  attention_mask=torch.tensor(mask).long())
+  np.testing.assert_allclose(real(ours["mlm_logits"], mask),
+                             real(want.logits.numpy(), mask), atol=1e-4)
+  bare = str(tmp_path / "hf_model")
+  theirs.model.save_pretrained(bare)
+  params, report = pretrained.load_params(pretrained.resolve(bare), config)
+  assert report.fresh == ["decoder", "head"]
+  hidden = our_outputs(params, config, ids, mask)["sequence_output"]
+  with torch.no_grad():
+    want = theirs.model(input_ids=torch.tensor(ids).long(),
+                        attention_mask=torch.tensor(mask).long())
+  np.testing.assert_allclose(real(hidden, mask),
+                             real(want.last_hidden_state.numpy(), mask),
+                             atol=1e-4)
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_sequence_classifier_goes_both_ways(tmp_path, pooling):
+  config = model_config(num_labels=3, classifier_pooling=pooling)
+  params = random_params(config, "modernbert_classify")
+  out = str(tmp_path / "cls")
+  checkpoint_io.save_hf_model(out, params, config,
+                              family="modernbert_classify",
+                              label_names=("a", "b", "c"))
+  model = hf_model(transformers.ModernBertForSequenceClassification, out)
+  assert model.config.id2label == {0: "a", 1: "b", 2: "c"}
+  ids, mask = batch(config.vocab_size)
+  ours = our_outputs(params, config, ids, mask, "modernbert_classify")
+  with torch.no_grad():
+    theirs = model(input_ids=torch.tensor(ids).long(),
+                   attention_mask=torch.tensor(mask).long()).logits.numpy()
+  np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=1e-4)
+  source = pretrained.resolve(out)
+  assert source.family == "modernbert_classify"
+  back, _ = pretrained.load_params(source)
+  for k, v in mapping.flatten_params(params).items():
+    np.testing.assert_array_equal(mapping.flatten_params(back)[k], v)
+
+
+def test_fill_mask_equals_the_pipeline(tmp_path):
+  """Our fill_mask on an export with a WordPiece tokenizer gives
+  transformers' pipeline("fill-mask") tokens and scores."""
+  from bert_jax.downstream import mask_filling
+  from bert_jax.hf import tokenizer_files
+  vocab_path = str(tmp_path / "vocab.txt")
+  vocab = tiny_models.write_vocab(vocab_path)
+  config = model_config(vocab_size=len(vocab))
+  params = random_params(config)
+  out = str(tmp_path / "hf")
+  checkpoint_io.save_hf_model(
+      out, params, config, family="modernbert",
+      tokenizer=tokenizer_files.TokenizerSpec("wordpiece", vocab_path, True))
+  with open(os.path.join(out, "config.json")) as f:
+    cfg = json.load(f)
+  assert [cfg[k] for k in ("pad_token_id", "cls_token_id", "sep_token_id")
+          ] == [vocab.index(t) for t in ("[PAD]", "[CLS]", "[SEP]")]
+  text = "the movie was [MASK] and the story was long ."
+  theirs = transformers.pipeline("fill-mask", model=out, top_k=3)(text)
+  ours = mask_filling.fill_mask(out, text, top_k=3)
+  assert [r["token_str"] for r in ours] == [r["token_str"] for r in theirs]
+  np.testing.assert_allclose([r["score"] for r in ours],
+                             [r["score"] for r in theirs], rtol=1e-4)
+
+
+def test_fresh_initialization_is_transformers():
+  """Our init draws every tensor as HF's ``_init_weights`` does: the same
+  std per tensor (truncated normals: embeddings, Wqkv, Wi at
+  initializer_range; both output projections and the head's dense at
+  initializer_range / sqrt(2 L); a classifier at hidden**-0.5), cut at 2
+  std, norms 1, biases 0. Tensors of 16k+ samples: std within 3%."""
+  config = model_config(vocab_size=1024, hidden_size=128,
+                        num_attention_heads=2, intermediate_size=192,
+                        num_labels=128)
+  cfg = transformers.ModernBertConfig(num_labels=128, **{
+      k: v for k, v in hf_modernbert.config_to_hf(config).items()
+      if k not in ("architectures", "model_type", "dtype")})
+  for family, cls in (("modernbert", transformers.ModernBertForMaskedLM),
+                      ("modernbert_classify",
+                       transformers.ModernBertForSequenceClassification)):
+    torch.manual_seed(0)
+    theirs = {k: v.detach().numpy()
+              for k, v in cls(cfg).state_dict().items()}
+    ours = mapping.to_hf_state_dict(fresh_params(config, family),
+                                    family=family)
+    assert set(ours) == set(theirs), set(ours) ^ set(theirs)
+    for name, x in ours.items():
+      y = theirs[name]
+      if np.all(y == y.flat[0]):  # Norm scales and biases: constants.
+        np.testing.assert_array_equal(x, y, err_msg=name)
+        continue
+      assert x.std() == pytest.approx(y.std(), rel=0.03), name
+      # Cut at 2 std of the untruncated normal, whose std is the truncated
+      # one's / 0.8796 (cut at +-2): both reach close to the cut, not past.
+      cut = 2.0 * y.std() / 0.8796
+      for z in (x, y):
+        assert 0.9 * cut < np.abs(z).max() < 1.02 * cut, name

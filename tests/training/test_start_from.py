@@ -1,0 +1,173 @@
+"""A run that starts from pretrained params uses their tokenizer (issue 24).
+
+`train.init_from=W` (or a DistilBERT teacher W) brings embeddings whose row
+i is W's token i. A run that trained a new tokenizer on its corpus (another
+`data.tokenizer_vocab_size`, another corpus) would read them with other
+ids, silently. The run takes W's tokenizer instead; a `data.tokenizer_path`
+naming another one is refused at startup with one line, before anything is
+written. Sources that are no BERT (a GPT-2 directory, an ELECTRA run as a
+teacher) or of another width say so, naming the field.
+"""
+
+import json
+import os
+
+import pytest
+
+from bert_jax import config_lib
+from bert_jax.training import config_checks
+from bert_jax.training import start_from
+from tests import helpers
+from tests.helpers import tiny_models
+from tests.helpers.checkpoints import random_tree
+from tests.helpers.checkpoints import save_checkpoints
+
+
+def _bert_workdir(path, config=None, words=tiny_models.WORDS):
+  """A BERT workdir (one checkpoint of random params of the tiny config)
+  whose record names its own WordPiece vocab.txt."""
+  from bert_jax import objectives
+  config = config or helpers.tiny_config()
+  os.makedirs(os.path.join(path, "tokenizer"))
+  vocab = os.path.join(path, "tokenizer", "vocab.txt")
+  with open(vocab, "w") as f:
+    f.write("\n".join(list(tiny_models.SPECIALS) + sorted(set(words))) + "\n")
+  make = objectives.for_config(config).make_model
+  save_checkpoints(path, config, {2: random_tree(lambda r: make(config, r))})
+  with open(os.path.join(path, "tokenizer", "record.json"), "w") as f:
+    json.dump(dict(kind="wordpiece", path="tokenizer/vocab.txt",
+                   lower_case=True), f)
+  return str(path), vocab
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+  return _bert_workdir(tmp_path_factory.mktemp("src") / "w")
+
+
+def test_init_from_trains_with_the_source_tokenizer(source, tmp_path, caplog):
+  """End to end: a 2-step run from W asks for a 300-piece tokenizer of its
+  own; it records W's vocab.txt and trains none."""
+  from bert_jax.training import trainer as trainer_lib
+  w, vocab = source
+  config = helpers.tiny_config(
+      train=dict(init_from=w, num_steps=2, eval_every=1000),
+      data=dict(tokenizer_vocab_size=300))
+  workdir = tmp_path / "run"
+  with caplog.at_level("INFO"):
+    trainer_lib.train_and_evaluate(config, str(workdir))
+  with open(workdir / "tokenizer" / "record.json") as f:
+    record = json.load(f)
+  assert record == dict(kind="wordpiece", path=vocab, lower_case=True)
+  assert os.listdir(workdir / "tokenizer") == ["record.json"]  # None trained.
+  assert f"Tokenizer: {vocab} (wordpiece, uncased), the one " in caplog.text
+
+
+def test_another_tokenizer_path_is_refused_before_writing(source, tmp_path):
+  from bert_jax.training import trainer as trainer_lib
+  w, _ = source
+  other = tmp_path / "other_vocab.txt"
+  other.write_text("\n".join(tiny_models.SPECIALS + ("x", "y")) + "\n")
+  config = helpers.tiny_config(train=dict(init_from=w))
+  config.data.update(tokenizer_type="wordpiece", tokenizer_path=str(other))
+  workdir = tmp_path / "run"
+  with pytest.raises(ValueError) as e:
+    trainer_lib.train_and_evaluate(config, str(workdir))
+  assert str(e.value) == (
+      f"data.tokenizer_path={other} is not the tokenizer "
+      f"train.init_from={w} was trained with ({w}/tokenizer/vocab.txt "
+      "(wordpiece, uncased)): its embeddings would be read with other token "
+      "ids. Leave data.tokenizer_path empty to use that one.")
+  assert not workdir.exists()  # Refused before the workdir was taken.
+
+
+def test_the_same_vocabulary_elsewhere_is_accepted(source, tmp_path):
+  w, vocab = source
+  copy = tmp_path / "copy.txt"
+  copy.write_bytes(open(vocab, "rb").read())
+  config = helpers.tiny_config(train=dict(init_from=w))
+  config.data.update(tokenizer_type="wordpiece", tokenizer_path=str(copy))
+  assert start_from.resolve(config, str(tmp_path / "run")) is config
+
+
+def test_resumed_run_keeps_the_tokenizer_it_recorded(source, tmp_path):
+  """After its first checkpoint the run uses its own record (W may be gone
+  or changed by then)."""
+  w, _ = source
+  mine, my_vocab = _bert_workdir(tmp_path / "run", words=("a", "b"))
+  config = helpers.tiny_config(train=dict(init_from=w))
+  assert start_from.resolve(config, mine).data.tokenizer_path == my_vocab
+  fresh = start_from.resolve(config, str(tmp_path / "new"))
+  assert fresh.data.tokenizer_path == source[1]
+
+
+def test_teacher_and_init_from_with_other_tokenizers(source, tmp_path):
+  w, _ = source
+  other, _ = _bert_workdir(tmp_path / "other", words=("a", "b"))
+  config = helpers.tiny_config(train=dict(init_from=w))
+  config.objective.update(name="distil", teacher=other, student_layers=1)
+  config.data.update(objective="packed", nsp=False)
+  with pytest.raises(ValueError, match=(
+      f"train.init_from={w} and objective.teacher={other} were trained with "
+      "different tokenizers")):
+    start_from.resolve(config, str(tmp_path / "run"))
+
+
+def test_gpt2_directory_says_what_it_is(tmp_path):
+  d = tmp_path / "gpt2"
+  d.mkdir()
+  (d / "config.json").write_text(json.dumps(
+      {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}))
+  (d / "model.safetensors").write_bytes(b"")
+  config = helpers.tiny_config(train=dict(init_from=str(d)))
+  with pytest.raises(ValueError) as e:
+    start_from.resolve(config, str(tmp_path / "run"))
+  assert str(e.value) == (
+      f"train.init_from: {d} is a Hugging Face 'gpt2' model "
+      "(GPT2LMHeadModel), not an encoder bert_jax reads (model_type 'albert',"
+      " 'bert', 'distilbert', 'electra': BERT, ALBERT, DistilBERT, ELECTRA).")
+
+
+def _distil(teacher, **model):
+  config = helpers.tiny_config(model=model)
+  config.objective.update(name="distil", teacher=teacher, student_layers=1)
+  config.data.update(objective="packed", nsp=False)
+  return config
+
+
+def test_teacher_of_another_width_names_the_teacher(source):
+  w, _ = source
+  with pytest.raises(ValueError) as e:
+    config_checks.validate(_distil(w, hidden_size=128), 1)
+  assert str(e.value) == (
+      f"objective.teacher={w} has model.hidden_size=64, but the config has "
+      "model.hidden_size=128 (the teacher's architecture, which the "
+      "student's derives from); set --config.model.hidden_size=64.")
+  config_checks.validate(_distil(w), 1)  # The teacher's width: fine.
+
+
+def test_electra_workdir_as_teacher_says_what_it_is(tmp_path):
+  electra = helpers.tiny_config()
+  electra.objective.name = "electra"
+  electra.data.update(objective="packed", nsp=False)
+  w, _ = _bert_workdir(tmp_path / "electra", config=electra)
+  with pytest.raises(ValueError) as e:
+    config_checks.validate(_distil(w), 1)
+  assert str(e.value) == (
+      f"objective.teacher={w} holds the model of a 'electra' run (workdir), "
+      "not a BERT: the teacher must be a BERT (a BERT pretraining workdir, "
+      "or a BertForPreTraining / BertForMaskedLM directory).")
+  assert config_lib.get_config("tiny").objective.teacher == ""
+
+
+def test_init_from_of_another_width_is_refused_at_startup(source, tmp_path):
+  """Named before anything is written (it used to surface after the data
+  and the compile)."""
+  w, _ = source
+  config = helpers.tiny_config(train=dict(init_from=w),
+                               model=dict(hidden_size=128))
+  with pytest.raises(ValueError) as e:
+    start_from.resolve(config, str(tmp_path / "run"))
+  assert str(e.value) == (
+      f"train.init_from={w} has model.hidden_size=64, but the config has "
+      "model.hidden_size=128; set --config.model.hidden_size=64.")
