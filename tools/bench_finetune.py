@@ -50,20 +50,25 @@ from ml_collections import config_flags
 
 from bert_jax.downstream import finetuning
 
-# Only --config: the tool writes nothing but its report (no --workdir).
-config_flags.DEFINE_config_file(
-    "config", None, "configs/finetune.py and its overrides.", lock_config=True)
-flags.DEFINE_integer("rounds", 3, "Alternating rounds (ours, then HF).")
-flags.DEFINE_integer("steps", 0, "Timed steps per side per round; 0: one "
-                     "epoch's batches over all rounds.")
-flags.DEFINE_integer("warmup", 2, "Untimed steps per side after compiling.")
-flags.DEFINE_integer("torch_threads", 0, "torch.set_num_threads (0: torch's "
-                     "default). On a loaded machine OpenMP's spinning makes "
-                     "more threads slower; try 1.")
-flags.DEFINE_string("json", "", "Also write the results to this file.")
-flags.DEFINE_bool("packed", True, "Also time bert_jax on packed rows.")
-flags.DEFINE_integer("packed_batch_size", 0, "Packed rows a step; 0: the "
-                     "rows that hold train.batch_size examples on average.")
+def define_flags():
+  """Defined only when run as a script, so tests can import this module
+  next to bert_jax.cli (which defines --config too). Only --config: the
+  tool writes nothing but its report (no --workdir)."""
+  config_flags.DEFINE_config_file(
+      "config", None, "configs/finetune.py and its overrides.", lock_config=True)
+  flags.DEFINE_integer("rounds", 3, "Alternating rounds (ours, then HF).")
+  flags.DEFINE_integer("steps", 0, "Timed steps per side per round; 0: one "
+                       "epoch's batches over all rounds.")
+  flags.DEFINE_integer("warmup", 2, "Untimed steps per side after compiling.")
+  flags.DEFINE_integer("torch_threads", 0, "torch.set_num_threads (0: torch's "
+                       "default). On a loaded machine OpenMP's spinning makes "
+                       "more threads slower; try 1.")
+  flags.DEFINE_string("json", "", "Also write the results to this file.")
+  flags.DEFINE_bool("packed", True, "Also time bert_jax on packed rows.")
+  flags.DEFINE_integer("packed_batch_size", 0, "Packed rows a step; 0: the "
+                       "rows that hold train.batch_size examples on average.")
+
+
 FLAGS = flags.FLAGS
 
 
@@ -360,5 +365,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   flags.mark_flags_as_required(["config"])
   app.run(main)

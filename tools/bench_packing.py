@@ -35,18 +35,23 @@ from absl import flags
 from ml_collections import config_flags
 
 
-_CONFIG = config_flags.DEFINE_config_file("config", None,
-                                          "Config file (configs/*.py).")
-flags.DEFINE_list("seq_lengths", ["128", "512"], "Sequence lengths compared.")
-flags.DEFINE_float("predictions_per_token", 0.16, "max_predictions_per_seq "
-                   "= round(this x seq_length) (BERT: 20/128, 80/512).")
-flags.DEFINE_integer("batches", 8, "Pipeline batches made per side.")
-flags.DEFINE_integer("rounds", 3, "Alternating rounds (padded, packed).")
-flags.DEFINE_integer("steps", 4, "Timed steps per side per round.")
-flags.DEFINE_integer("warmup", 2, "Untimed steps per side after compiling.")
-flags.DEFINE_string("workdir", "/tmp/bench_packing", "Tokenizer and demo "
-                    "corpus cache.")
-flags.DEFINE_string("json", "", "Also write the results to this file.")
+def define_flags():
+  """Defined only when run as a script, so tests can import this module
+  next to bert_jax.cli (which defines --config and --workdir too)."""
+  config_flags.DEFINE_config_file("config", None,
+                                  "Config file (configs/*.py).")
+  flags.DEFINE_list("seq_lengths", ["128", "512"], "Sequence lengths compared.")
+  flags.DEFINE_float("predictions_per_token", 0.16, "max_predictions_per_seq "
+                     "= round(this x seq_length) (BERT: 20/128, 80/512).")
+  flags.DEFINE_integer("batches", 8, "Pipeline batches made per side.")
+  flags.DEFINE_integer("rounds", 3, "Alternating rounds (padded, packed).")
+  flags.DEFINE_integer("steps", 4, "Timed steps per side per round.")
+  flags.DEFINE_integer("warmup", 2, "Untimed steps per side after compiling.")
+  flags.DEFINE_string("workdir", "/tmp/bench_packing", "Tokenizer and demo "
+                      "corpus cache.")
+  flags.DEFINE_string("json", "", "Also write the results to this file.")
+
+
 FLAGS = flags.FLAGS
 
 
@@ -198,7 +203,7 @@ def format_report(r: dict) -> str:
 def main(argv):
   del argv
   try:
-    result = benchmark(_CONFIG.value, [int(s) for s in FLAGS.seq_lengths],
+    result = benchmark(FLAGS.config, [int(s) for s in FLAGS.seq_lengths],
                        FLAGS.predictions_per_token, FLAGS.batches,
                        FLAGS.rounds, FLAGS.steps, FLAGS.warmup, FLAGS.workdir)
   except (ValueError, FileNotFoundError) as e:
@@ -211,5 +216,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   flags.mark_flags_as_required(["config"])
   app.run(main)

@@ -21,12 +21,16 @@ from bert_jax.data import pipeline as input_pipeline
 from bert_jax.data import tokenizers
 from bert_jax.training import config_checks
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.")
-_WORKDIR = flags.DEFINE_string("workdir", "/tmp/bert_jax_inspect", "Workdir.")
-_NUM_BATCHES = flags.DEFINE_integer("num_batches", 1, "Batches to read.")
-_NUM_SHOW = flags.DEFINE_integer("num_show", 3, "Examples to print.")
-_EVAL = flags.DEFINE_bool("eval", False, "Read the eval batches instead.")
-_SAVE = flags.DEFINE_string("save", "", "Write the batches to this .npz.")
+
+def define_flags():
+  """Defined only when run as a script, so tests can import this module
+  next to bert_jax.cli (which defines --config and --workdir too)."""
+  config_flags.DEFINE_config_file("config", None, "Config file.")
+  flags.DEFINE_string("workdir", "/tmp/bert_jax_inspect", "Workdir.")
+  flags.DEFINE_integer("num_batches", 1, "Batches to read.")
+  flags.DEFINE_integer("num_show", 3, "Examples to print.")
+  flags.DEFINE_bool("eval", False, "Read the eval batches instead.")
+  flags.DEFINE_string("save", "", "Write the batches to this .npz.")
 
 
 def original_ids(batch):
@@ -73,22 +77,22 @@ def show(tok, batch, r):
 
 def main(argv):
   del argv
-  config = _CONFIG.value
-  workdir = _WORKDIR.value
+  config = flags.FLAGS.config
+  workdir = flags.FLAGS.workdir
   config_checks.validate(config, num_devices=1)  # Before any file is written.
   tok = tokenizers.load_tokenizer(config.data, workdir)
   config_checks.check_tokenizer(config, tok)
   print(repr(tok))
-  if _EVAL.value:
-    config.data.num_eval_batches = _NUM_BATCHES.value
+  if flags.FLAGS.eval:
+    config.data.num_eval_batches = flags.FLAGS.num_batches
     batches = input_pipeline.create_eval_batches(config, tok, workdir)
   else:
     it = input_pipeline.create_train_iterator(config, tok, workdir)
-    batches = [next(it) for _ in range(_NUM_BATCHES.value)]
+    batches = [next(it) for _ in range(flags.FLAGS.num_batches)]
     print("data counters:", it.stats)
-  for r in range(min(_NUM_SHOW.value, batches[0]["input_ids"].shape[0])):
+  for r in range(min(flags.FLAGS.num_show, batches[0]["input_ids"].shape[0])):
     show(tok, batches[0], r)
-  if _SAVE.value:
+  if flags.FLAGS.save:
     arrays = {k: np.concatenate([b[k] for b in batches])
               for k in features.pretraining_spec(config.data)}
     orig = np.concatenate([original_ids(b) for b in batches])
@@ -98,11 +102,12 @@ def main(argv):
                   sep_token_id=np.int32(tok.sep_id),
                   mask_token_id=np.int32(tok.mask_id),
                   pad_token_id=np.int32(tok.pad_id))
-    np.savez(_SAVE.value, **arrays)
-    print(f"Saved {len(batches)} batches to {_SAVE.value}: "
+    np.savez(flags.FLAGS.save, **arrays)
+    print(f"Saved {len(batches)} batches to {flags.FLAGS.save}: "
           f"{sorted(arrays)}")
 
 
 if __name__ == "__main__":
+  define_flags()
   flags.mark_flag_as_required("config")
   app.run(main)

@@ -20,22 +20,26 @@ from ml_collections import config_flags
 
 from bert_jax.data import tokenizers
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.")
-_WORKDIR = flags.DEFINE_string("workdir", "/tmp/bert_jax_tokenizer",
-                               "Where the demo corpus / cached model go.")
-_OUTPUT = flags.DEFINE_string("output", "", "Output file (.model/vocab.txt).")
+
+def define_flags():
+  """Defined only when run as a script, so tests can import this module
+  next to bert_jax.cli (which defines --config and --workdir too)."""
+  config_flags.DEFINE_config_file("config", None, "Config file.")
+  flags.DEFINE_string("workdir", "/tmp/bert_jax_tokenizer",
+                      "Where the demo corpus / cached model go.")
+  flags.DEFINE_string("output", "", "Output file (.model/vocab.txt).")
 
 
 def main(argv):
   del argv
-  data = _CONFIG.value.data
-  out = _OUTPUT.value or tokenizers.cache_path(data, _WORKDIR.value)
+  data = flags.FLAGS.config.data
+  out = flags.FLAGS.output or tokenizers.cache_path(data, flags.FLAGS.workdir)
   logging.info("Training %s (vocab %d) -> %s", data.tokenizer_type,
                data.tokenizer_vocab_size, out)
   try:
     tok = tokenizers.train(
         data.tokenizer_type,
-        tokenizers.training_sentences(data, _WORKDIR.value),
+        tokenizers.training_sentences(data, flags.FLAGS.workdir),
         data.tokenizer_vocab_size, data.lower_case, out,
         max_line_bytes=int(data.max_line_bytes))
   except (ValueError, OSError) as e:  # A bad corpus or path: one sentence.
@@ -47,5 +51,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   flags.mark_flag_as_required("config")
   app.run(main)
