@@ -240,7 +240,8 @@ def test_packing_config_checks(corpus):
   c = _config(corpus)
   c.mesh.update(data=1, fsdp=1, tensor=1)
   config_checks.validate(c, 1, check_sources=False)
-  bad = [({"objective.name": "electra"},
+  bad = [({"objective.name": "electra", "data.nsp": False,
+           "data.objective": "packed"},
           "objective.name=.electra.: packed rows are read by"),
          ({"data.packing_max_sequences": 33}, "packing_max_sequences=33"),
          ({"data.packing_window": 0}, "packing_window=0")]
