@@ -39,9 +39,13 @@ it to every layer::
 * :func:`attend`: softmax(q k^T / sqrt(D) + mask) v by kind. "xla" adds the
   bias (and applies attention dropout); "dot_product_attention" on XLA gets
   the bias (padded rows) or the boolean mask (packed rows, windows); "cudnn"
-  gets padded rows as lengths and packed rows or windows as the boolean
-  mask; "splash" gets the ids as its ``SegmentIds`` and the window as a
+  gets padded rows as lengths (a window as its ``local_window_size``) and
+  packed rows as the boolean mask; "splash" gets the ids as its ``SegmentIds`` and the window as a
   static ``LocalMask``. q is scaled inside; no projection, no output layer.
+* "xla" runs a symmetric window ``(w, w)`` blocked when that is cheaper
+  (:func:`blocked`): queries in blocks of w against their block and its two
+  neighbours, exact and O(T w); :func:`keys_per_query` says how many keys
+  a query's scores are computed for (the FLOP count reads it).
 * :func:`segment_positions` ``(sequence_ids)`` -> position ids restarting at
   0 in each sequence (the pipeline emits them; this is for a caller that has
   sequence ids alone).
@@ -102,7 +106,7 @@ def make_mask(input_mask, sequence_ids=None) -> AttentionMask:
   return packed_mask(sequence_ids)
 
 
-def _query_ids(mask: AttentionMask, window):
+def query_ids(mask: AttentionMask, window):
   """The queries' ids, or None (padded rows: every query sees real keys).
   With a window a padded row's padding attends padding (as in a packed
   row), so that no padded query is left without a key in its window."""
@@ -113,7 +117,7 @@ def _query_ids(mask: AttentionMask, window):
 
 def allowed(mask: AttentionMask, window: tuple[int, int] | None = None):
   """bool [B, 1, Tq or 1, Tk]: True where query i may attend key j."""
-  q_ids = _query_ids(mask, window)
+  q_ids = query_ids(mask, window)
   if q_ids is not None:
     ok = q_ids[:, None, :, None] == mask.kv_ids[:, None, None, :]
   else:
@@ -130,6 +134,66 @@ def allowed(mask: AttentionMask, window: tuple[int, int] | None = None):
 def bias(mask: AttentionMask, window: tuple[int, int] | None = None):
   """float32 [B, 1, Tq or 1, Tk]: 0 where allowed, MASK_BIAS elsewhere."""
   return jnp.where(allowed(mask, window), 0.0, MASK_BIAS).astype(jnp.float32)
+
+
+# Sequence id of the block padding around a blocked window: equal to no
+# token's (sequences are >= 1, padding 0).
+_OUTSIDE = -1
+
+
+def blocked(seq_length: int, window: tuple[int, int] | None) -> bool:
+  """Whether the "xla" kind runs a window blocked: a symmetric window of
+  half width w > 0 with w dividing the sequence, and three blocks of keys
+  fewer than the whole sequence."""
+  if window is None:
+    return False
+  left, right = window
+  return (left == right and left > 0 and seq_length % left == 0
+          and seq_length > 3 * left)
+
+
+def keys_per_query(seq_length: int, window: tuple[int, int] | None,
+                   impl: str = "xla") -> int:
+  """Keys each query's scores are computed for: T, or 3 x w on a blocked
+  window of the "xla" kind (the splash and cuDNN kernels skip masked tiles
+  too, but at tile granularity). ``models/flops.py`` reads it."""
+  if impl == "xla" and blocked(seq_length, window):
+    return 3 * window[0]
+  return seq_length
+
+
+def _blocks(x, size: int, pad_value=0):
+  """[B, T, ...] -> [B, T/size, 3*size, ...]: for block n, blocks n-1, n
+  and n+1 (padded with `pad_value` beyond the ends)."""
+  b, t = x.shape[:2]
+  widths = [(0, 0), (size, size)] + [(0, 0)] * (x.ndim - 2)
+  xp = jnp.pad(x, widths, constant_values=pad_value)
+  xb = xp.reshape((b, t // size + 2, size) + x.shape[2:])
+  return jnp.concatenate([xb[:, :-2], xb[:, 1:-1], xb[:, 2:]], axis=2)
+
+
+def _blocked_attend(q, k, v, mask: AttentionMask, w: int, dropout,
+                    deterministic, rngs):
+  """A symmetric window of half width w in blocks of w queries: block n
+  against blocks n-1..n+1, which hold every key any of its queries may
+  see; exact, and O(T w) instead of O(T^2). q already scaled."""
+  b, t, h, dh = q.shape
+  n = t // w
+  ids = query_ids(mask, (w, w))  # Padded rows: padding attends padding.
+  index = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+  q_ids, q_pos = ids.reshape(b, n, w), index.reshape(b, n, w)
+  k_ids, k_pos = _blocks(mask.kv_ids, w, _OUTSIDE), _blocks(index, w)
+  ok = ((q_ids[..., :, None] == k_ids[..., None, :])
+        & (jnp.abs(q_pos[..., :, None] - k_pos[..., None, :]) <= w))
+  scores = jnp.einsum("bnqhd,bnkhd->bnhqk", q.reshape(b, n, w, h, dh),
+                      _blocks(k, w), preferred_element_type=jnp.float32)
+  bias_ = jnp.where(ok, 0.0, MASK_BIAS).astype(jnp.float32)[:, :, None]
+  probs = jax.nn.softmax(scores + bias_, axis=-1)
+  if dropout is not None:
+    probs = dropout(probs, deterministic=deterministic, rngs=rngs)
+  ctx = jnp.einsum("bnhqk,bnkhd->bnqhd", probs.astype(q.dtype), _blocks(v, w),
+                   preferred_element_type=jnp.float32)
+  return ctx.reshape(b, t, h, dh).astype(q.dtype)
 
 
 def segment_positions(sequence_ids) -> jax.Array:
@@ -177,19 +241,21 @@ def attend(q, k, v, mask: AttentionMask, *, impl: str = "xla",
       raise _dropout_refused(impl)
     if impl == "splash":
       return splash.attention(
-          q, k, v, mask.kv_ids, sequence_ids=_query_ids(mask, window),
+          q, k, v, mask.kv_ids, sequence_ids=query_ids(mask, window),
           window=window, interpret=splash_interpret)
     if impl == "dot_product_attention":
       impl = ("cudnn" if jax.default_backend() == "gpu"
               and dtype in (jnp.bfloat16, jnp.float16) else "xla")
     if impl == "cudnn":
-      if mask.packed or window is not None:
+      if mask.packed:
         return jax.nn.dot_product_attention(
             q, k, v, mask=allowed(mask, window), implementation="cudnn")
-      # cuDNN's flash kernel takes padding as lengths: BERT pads at the end.
+      # cuDNN's flash kernel takes padding as lengths (the pipeline pads at
+      # the end) and a window as its local_window_size.
       lengths = jnp.sum(mask.kv_ids, axis=-1).astype(jnp.int32)
       return jax.nn.dot_product_attention(
           q, k, v, query_seq_lengths=lengths, key_value_seq_lengths=lengths,
+          local_window_size=None if window is None else tuple(window),
           implementation="cudnn")
     if mask.packed or window is not None:
       return jax.nn.dot_product_attention(q, k, v, mask=allowed(mask, window),
@@ -198,6 +264,9 @@ def attend(q, k, v, mask: AttentionMask, *, impl: str = "xla",
     b = jnp.maximum(bias(mask), jnp.finfo(dtype).min / 2).astype(dtype)
     return jax.nn.dot_product_attention(q, k, v, bias=b, implementation="xla")
   q = q * jnp.asarray(q.shape[-1] ** -0.5, dtype)
+  if blocked(q.shape[1], window):
+    return _blocked_attend(q, k, v, mask, window[0], dropout, deterministic,
+                           rngs)
   scores = jnp.einsum("bqhd,bkhd->bhqk", q, k,
                       preferred_element_type=jnp.float32)
   probs = jax.nn.softmax(scores + bias(mask, window), axis=-1)

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from bert_jax.models import attention
 from bert_jax.models import rope_attention
 
 
@@ -145,7 +146,7 @@ def forward_flops(training_flops: float) -> float:
 # scores are computed for. Global layers: the work's pairs (T^2 a full row,
 # sum of L_i^2 over a packed row's documents). Sliding-window layers: at
 # most keys_per_query per token (3 x local_attention / 2 when the "xla"
-# kind runs them blocked, rope_attention.keys_per_query), and never more
+# kind runs them blocked, attention.keys_per_query), and never more
 # than the global count; the MLM head is dense d -> d plus the tied decoder
 # at the predicted positions.
 def modernbert_encoder_flops(model_config, work: Work,
@@ -155,10 +156,10 @@ def modernbert_encoder_flops(model_config, work: Work,
   d, f = int(model_config.hidden_size), int(model_config.intermediate_size)
   pairs = 0.0
   for i in range(L):
-    window = rope_attention.half_window(
+    window = rope_attention.window(
         model_config, rope_attention.is_global_layer(model_config, i))
-    keys = rope_attention.keys_per_query(seq_length, window,
-                                         model_config.attention_impl)
+    keys = attention.keys_per_query(seq_length, window,
+                                    model_config.attention_impl)
     pairs += min(work.attended, work.tokens * keys)
   return work.tokens * 6.0 * L * (4 * d * d + 3 * d * f) + 12.0 * d * pairs
 

@@ -24,9 +24,10 @@ there), but matching XLA everywhere makes the two paths interchangeable and
 lets the test compare every position. No attention dropout (the kernel has
 none). Sequence length must be a multiple of 128 (the kernel's lane width).
 
-`segment_attention` serves ModernBERT (``models/rope_attention.py``):
-queries and keys carry the same segment ids (padding its own segment, so no
-row is empty) and sliding-window layers use a LocalMask band.
+A window (ModernBERT's sliding-window layers, ``attention.attend(...,
+window=(left, right))``) is the kernel's static LocalMask band; with a window
+a padded row's padding attends padding (its ids are the key ids), so that no
+query's window is empty.
 
 Under a mesh (`sharding.logical_context`) the kernel runs inside
 `jax.shard_map`: batch split as "activation_batch", heads as
@@ -159,21 +160,3 @@ def attention(q, k, v, input_mask, *, sequence_ids=None, window=None,
   return jnp.where(has_tokens[:, None, None, None], out,
                    uniform.astype(out.dtype)).astype(q.dtype)
 
-
-def segment_attention(q, k, v, segment_ids, *, half_window: int | None = None,
-                      interpret: bool = False) -> jax.Array:
-  """Softmax attention of q, k, v [B, T, H, D] within segments.
-
-  A query sees the keys of its own segment id ([B, T] ints; padding is a
-  segment of its own, so no row is ever empty), and with `half_window`
-  only those at most that many tokens away (LocalMask): the visibility of
-  ``models.rope_attention``, equal to its XLA paths at every position.
-  """
-  _check_platform(interpret)
-  check_seq_length(q.shape[1])
-  q = q * jnp.asarray(q.shape[-1] ** -0.5, q.dtype)
-  ids = segment_ids.astype(jnp.int32)
-  window = None if half_window is None else (half_window, half_window)
-  fn = _sharded(lambda q, k, v, q_ids, kv_ids: _local_attention(
-      q, k, v, q_ids, kv_ids, interpret=interpret, window=window), 2)
-  return fn(q, k, v, ids, ids).astype(q.dtype)

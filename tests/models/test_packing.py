@@ -7,6 +7,7 @@ BERT loss on the packed batch equals the loss on the padded one (the same
 sums over the same examples), and so do its gradients. No attention crosses
 an example's boundary: the mask the encoder builds is block-diagonal, and
 changing one example leaves the others' outputs bit for bit unchanged.
+ModernBERT (RoPE, sliding-window layers) passes the same checks.
 """
 
 import jax
@@ -16,9 +17,11 @@ import pytest
 from flax import nnx
 
 from bert_jax import objectives
+from bert_jax.data import features
 from bert_jax.models import attention as attention_lib
 from bert_jax.training import steps as steps_lib
 from tests import helpers
+from tests.helpers import family_checks
 from tests.helpers import packed_rows
 
 SEQ, HEADS, HEAD_DIM, VOCAB = 128, 2, 64, 211
@@ -142,3 +145,69 @@ def test_segment_positions_restart_in_each_example(layouts):
   real = packed["input_mask"] > 0
   np.testing.assert_array_equal(np.asarray(got)[real],
                                 packed["position_ids"][real])
+
+
+def _modernbert_config(impl: str, packing: bool):
+  """A 3-layer ModernBERT (global, local, local) with a 16-token window, so
+  that 128-token rows run the blocked sliding window, and documents longer
+  than the window."""
+  config = _config(impl, packing)
+  config.objective.name = "modernbert"
+  config.model.update(family_checks.MODERNBERT_TINY, local_attention=16)
+  config.data.update(nsp=False, objective="packed")
+  return config
+
+
+@pytest.mark.parametrize("impl", KINDS)
+def test_modernbert_packed_documents_equal_each_alone(impl, layouts):
+  """ModernBERT on packed rows: each document gets the MLM logits it gets
+  alone (RoPE positions and the sliding window restart per document, no
+  key of another document is seen), and the packed batch's loss and
+  gradients are the padded batch's; another first document changes none
+  of the other documents' outputs."""
+  exs, padded, packed, where = layouts
+  pad_config = _modernbert_config(impl, False)
+  pack_config = _modernbert_config(impl, True)
+  objective = objectives.get("modernbert")
+  model = objective.make_model(pad_config, nnx.Rngs(0))
+  graphdef, params = nnx.split(model, nnx.Param)
+
+  def runner(config):
+    def run(params, batch):
+      loss, grads = jax.value_and_grad(lambda p: steps_lib.batch_loss(
+          p, batch, graphdef=graphdef, config=config, objective=objective))(
+              params)
+      m = nnx.merge(graphdef, params)
+      out = m(batch["input_ids"], batch["input_mask"], None,
+              batch["masked_lm_positions"], **features.packed_inputs(batch))
+      return out, loss, grads
+    return jax.jit(run)
+
+  alone, loss_pad, grads_pad = runner(pad_config)(params, padded)
+  run_packed = runner(pack_config)
+  together, loss_pack, grads_pack = run_packed(params, packed)
+  for i, (ex, (row, start)) in enumerate(zip(exs, where)):
+    n, k = len(ex["input_ids"]), len(ex["positions"])
+    np.testing.assert_allclose(
+        together["sequence_output"][row, start:start + n],
+        alone["sequence_output"][i, :n], atol=1e-5, rtol=0, err_msg=str(i))
+    p = np.flatnonzero(packed["masked_lm_positions"][row] >= start)
+    p = p[np.isin(packed["masked_lm_positions"][row, p],
+                  ex["positions"] + start)]
+    np.testing.assert_allclose(together["mlm_logits"][row, p],
+                               alone["mlm_logits"][i, :k], atol=1e-5, rtol=0)
+  np.testing.assert_allclose(loss_pack, loss_pad, rtol=1e-6)
+  for (path, a), (_, b) in zip(
+      jax.tree_util.tree_leaves_with_path(nnx.to_pure_dict(grads_pack)),
+      jax.tree_util.tree_leaves_with_path(nnx.to_pure_dict(grads_pad))):
+    np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5,
+                               err_msg=jax.tree_util.keystr(path))
+  changed = dict(packed)
+  ids = packed["input_ids"].copy()
+  first = packed["sequence_ids"] == 1
+  ids[first] = (ids[first] + 7) % VOCAB
+  changed["input_ids"] = ids
+  other = np.asarray(run_packed(params, changed)[0]["sequence_output"])
+  keep = ~first & (packed["input_mask"] > 0)
+  np.testing.assert_array_equal(
+      other[keep], np.asarray(together["sequence_output"])[keep])
