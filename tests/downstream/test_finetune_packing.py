@@ -72,7 +72,7 @@ def test_packed_finetuning_matches_buckets_over_three_seeds(tiny_hf,
       # on about the 16 examples of a bucketed step.
       config.train.update(num_steps=0, num_epochs=4.0, seed=seed,
                           batch_size=4 if packed else 16, log_every=1000)
-      config.task.buckets = (16, 32)
+      config.task.buckets = (32,)  # One compile a side.
       config.data.update(packing=packed, packing_max_sequences=8,
                          packing_window=128)
       results = finetuning.run(config, str(tmp_path / f"{packed}-{seed}"))

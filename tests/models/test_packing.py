@@ -158,7 +158,10 @@ def _modernbert_config(impl: str, packing: bool):
   return config
 
 
-@pytest.mark.parametrize("impl", KINDS)
+# "dot_product_attention" on packed rows with a window is XLA over the
+# boolean mask on CPU: tests/models/test_modernbert.py compares it with
+# "xla" at the attention level.
+@pytest.mark.parametrize("impl", ["xla", "splash"])
 def test_modernbert_packed_documents_equal_each_alone(impl, layouts):
   """ModernBERT on packed rows: each document gets the MLM logits it gets
   alone (RoPE positions and the sliding window restart per document, no
