@@ -50,6 +50,7 @@ from ml_collections import config_flags
 
 from bert_jax.downstream import finetuning
 
+
 def define_flags():
   """Defined only when run as a script, so tests can import this module
   next to bert_jax.cli (which defines --config too). Only --config: the

@@ -49,8 +49,8 @@ from bert_jax.checkpoints.reading import DATA
 from bert_jax.checkpoints.reading import META
 from bert_jax.checkpoints.reading import STATE
 from bert_jax.checkpoints.reading import absolute
-from bert_jax.checkpoints.reading import checkpoint_dir
 from bert_jax.checkpoints.reading import check_step_digest
+from bert_jax.checkpoints.reading import checkpoint_dir
 from bert_jax.checkpoints.reading import read_meta
 from bert_jax.checkpoints.reading import read_step_meta
 from bert_jax.checkpoints.reading import stored_state_tree

@@ -19,8 +19,8 @@ from typing import Any, Mapping, NamedTuple
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from safetensors import safe_open
 from safetensors import numpy as safetensors_numpy
+from safetensors import safe_open
 from safetensors.numpy import load_file
 
 from bert_jax import config_lib

@@ -20,7 +20,7 @@ def _config(objective: str):
     config.data.update(objective="packed", nsp=False)
   elif objective == "electra":
     config.model.embedding_size = 32
-    config.data.update(objective="packed", nsp=False)  # No pair head.
+    config.data.update(objective="packed", nsp=False)
   return config
 
 

@@ -58,7 +58,7 @@ def test_documented_command_parses_without_a_workdir():
   # (config_flags reads its --config.* overrides from sys.argv.)
   code = ("import sys; from absl import app; from absl import flags; "
           "from tests.helpers import import_tool; "
-          f"sys.argv = {argv!r}; import_tool('bench_finetune'); "
+          f"sys.argv = {argv!r}; import_tool('bench_finetune').define_flags(); "
           "F = flags.FLAGS; "
           "app.run(lambda _: print(F.config.task.buckets, F.rounds))")
   r = subprocess.run([sys.executable, "-c", code], cwd=helpers.REPO,
