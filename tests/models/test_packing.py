@@ -158,11 +158,10 @@ def _modernbert_config(impl: str, packing: bool):
   return config
 
 
-# "dot_product_attention" on packed rows with a window is XLA over the
-# boolean mask on CPU: tests/models/test_modernbert.py compares it with
-# "xla" at the attention level.
-@pytest.mark.parametrize("impl", ["xla", "splash"])
-def test_modernbert_packed_documents_equal_each_alone(impl, layouts):
+# On "xla" (the blocked sliding window): the other kinds on packed rows with
+# a window ("dot_product_attention", splash's LocalMask with segment ids)
+# equal "xla" at the attention level (tests/models/test_modernbert.py).
+def test_modernbert_packed_documents_equal_each_alone(layouts, impl="xla"):
   """ModernBERT on packed rows: each document gets the MLM logits it gets
   alone (RoPE positions and the sliding window restart per document, no
   key of another document is seen), and the packed batch's loss and
