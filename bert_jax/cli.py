@@ -130,9 +130,9 @@ class _QuietLibraries:
   """
 
   def filter(self, record) -> bool:
-    if FLAGS.verbose:
+    if _verbose():
       return True
-    if record.name == "asyncio" and "/orbax/" in record.getMessage():
+    if record.name == "asyncio" and _from_orbax(record):
       return False  # "Task exception was never retrieved" of a failed save.
     if not _from_library(record):
       return True
@@ -142,6 +142,24 @@ class _QuietLibraries:
       record.exc_info, record.exc_text = None, None
       record.msg, record.args = _first_line(record.getMessage())[:300], ()
     return True
+
+
+def _from_orbax(record) -> bool:
+  """An asyncio record about an Orbax future: a Task's repr names its
+  coroutine's file; a gather's names none, its error's traceback does."""
+  if "/orbax/" in record.getMessage():
+    return True
+  error = record.exc_info[1] if record.exc_info else None
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    tb = error.__traceback__
+    while tb is not None:
+      if "/orbax/" in tb.tb_frame.f_code.co_filename:
+        return True
+      tb = tb.tb_next
+    error = error.__cause__ or error.__context__
+  return False
 
 
 def _quiet_checkpoint_noise() -> None:

@@ -139,8 +139,7 @@ def _check_model_type(path: str, hf_config) -> None:
     arch = ", ".join((hf_config or {}).get("architectures") or ()) or "?"
     raise ValueError(
         f"{path} is a Hugging Face {model_type!r} model ({arch}), not an "
-        f"encoder bert_jax reads (model_type {', '.join(map(repr, known))}: "
-        "BERT, ALBERT, DistilBERT, ELECTRA).")
+        f"encoder bert_jax reads (model_type {', '.join(map(repr, known))}).")
 
 
 def resolve(path: str, step: int | None = None) -> Source:

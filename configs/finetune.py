@@ -8,6 +8,7 @@ Your own files (CSV, TSV or JSONL with a header / keys):
   --config.task.name=mytask --config.task.train_file=train.csv \
   --config.task.validation_file=dev.csv --config.task.text_field=text \
   --config.task.label_field=label [--config.task.text_pair_field=text_b]
+Token tagging and extractive QA: configs/ner.py, configs/squad.py.
 The model's architecture comes from the checkpoint; AdamW, 3 epochs, batch
 32, 10% warmup, dropout 0.1, learning rate 2e-5 (sweep 2e-5, 3e-5, 5e-5 with
 --sweep_learning_rates and --sweep_seeds). Results: WORKDIR/results.json.
@@ -44,6 +45,24 @@ def task_config() -> ml_collections.ConfigDict:
       # Static sequence lengths batches are padded to (capped by
       # data.seq_length): one compile per bucket, little padding.
       buckets=(32, 64, 128),
+      # "sentence", "token" (NER) or "span" (extractive QA); empty: from
+      # the name (conll2003 -> token, squad/v1.1, squad/v2.0 -> span, else
+      # sentence). See configs/ner.py and configs/squad.py.
+      kind="",
+      # Token tasks: CoNLL files (tag in column tag_column, -1 = last) or
+      # JSONL {tokens_field: [...], tags_field: [...]}.
+      tag_column=-1,
+      tokens_field="tokens",
+      tags_field="tags",
+      label_all_subtokens=False,  # Else only a word's first sub-token.
+      # Tokens between window starts over a long sentence / context; 0:
+      # half the window (token tasks), 128 (span tasks, run_squad's).
+      doc_stride=0,
+      # Span tasks (SQuAD): question cut, answer search, v2 null threshold.
+      max_query_length=64,
+      n_best_size=20,
+      max_answer_length=30,
+      null_score_diff_threshold=0.0,
   ))
 
 

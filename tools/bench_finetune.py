@@ -1,6 +1,11 @@
 r"""Fine-tuning throughput: bert_jax (length buckets, packed rows) vs Hugging
 Face PyTorch.
 
+Any task kind (sentence classification, token tagging, extractive QA):
+``--config configs/ner.py`` / ``configs/squad.py`` benchmark
+BertForTokenClassification / BertForQuestionAnswering on the task's windowed
+features (the same windows on both sides; HF pads each batch to its longest).
+
   python tools/bench_finetune.py --config configs/finetune.py \
       --config.task.name=pydoc_topics --config.task.text_field=text \
       --config.task.train_file=/tmp/demo_task/train.csv \
@@ -17,7 +22,7 @@ with gradient clipping and dropout 0.1 on both sides, in one process:
   bert_jax, buckets: the fine-tuning train step (`steps_lib.Programs`,
     `classify` objective) on the batches `task_data` makes: examples grouped
     by length into `task.buckets` static lengths, compiled once per bucket.
-  bert_jax, packed (`--packed`, default on): the same step with
+  bert_jax, packed (`--packed`, default on; sentence tasks): the same step with
     `data.packing=True`: several examples a row of `data.seq_length`,
     attention inside each (bert_jax/data/packing.py), one compile;
     `--packed_batch_size` rows a step (0: as many as hold `batch_size`
@@ -40,7 +45,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -56,7 +60,8 @@ def define_flags():
   next to bert_jax.cli (which defines --config too). Only --config: the
   tool writes nothing but its report (no --workdir)."""
   config_flags.DEFINE_config_file(
-      "config", None, "configs/finetune.py and its overrides.", lock_config=True)
+      "config", None, "configs/finetune.py, ner.py or squad.py and overrides.",
+      lock_config=True)
   flags.DEFINE_integer("rounds", 3, "Alternating rounds (ours, then HF).")
   flags.DEFINE_integer("steps", 0, "Timed steps per side per round; 0: one "
                        "epoch's batches over all rounds.")
@@ -109,6 +114,48 @@ def dynamic_batches(encoded, batch_size: int, pad_id: int, seed: int):
     labels = labels.astype(np.float32 if labels.dtype.kind == "f" else np.int64)
     batches.append(dict(input_ids=ids, token_type_ids=seg,
                         attention_mask=mask, labels=labels))
+  return batches
+
+
+def feature_rows(features, kind: str) -> list[dict]:
+  """Token / span task features as unpadded per-window numpy rows, with the
+  Hugging Face label names (token tags -100 where not learned)."""
+  out = []
+  for i in range(len(features)):
+    r = features.rows([i], int(features.lengths[i]), 0)
+    row = dict(input_ids=r["input_ids"][0], token_type_ids=r["segment_ids"][0])
+    if kind == "token":
+      row["labels"] = np.where(r["label_weights"][0] > 0, r["labels"][0], -100)
+    else:
+      row["start_positions"] = r["start_positions"][0]
+      row["end_positions"] = r["end_positions"][0]
+    out.append(row)
+  return out
+
+
+def dynamic_feature_batches(rows, batch_size: int, pad_id: int, seed: int):
+  """Shuffled full batches of `feature_rows`, padded to their longest."""
+  order = np.random.default_rng(seed).permutation(len(rows))
+  batches = []
+  for lo in range(0, len(order) - batch_size + 1, batch_size):
+    chosen = [rows[i] for i in order[lo:lo + batch_size]]
+    t = max(len(r["input_ids"]) for r in chosen)
+    b = dict(input_ids=np.full((batch_size, t), pad_id, np.int64),
+             token_type_ids=np.zeros((batch_size, t), np.int64),
+             attention_mask=np.zeros((batch_size, t), np.int64))
+    if "labels" in chosen[0]:
+      b["labels"] = np.full((batch_size, t), -100, np.int64)
+    for j, r in enumerate(chosen):
+      n = len(r["input_ids"])
+      b["input_ids"][j, :n], b["token_type_ids"][j, :n] = (
+          r["input_ids"], r["token_type_ids"])
+      b["attention_mask"][j, :n] = 1
+      if "labels" in b:
+        b["labels"][j, :n] = r["labels"]
+    for k in ("start_positions", "end_positions"):
+      if k in chosen[0]:
+        b[k] = np.asarray([r[k] for r in chosen], np.int64)
+    batches.append(b)
   return batches
 
 
@@ -191,7 +238,7 @@ class Ours(Side):
     from bert_jax.training import steps as steps_lib
     super().__init__(batches, "input_mask")
     self.jax = jax
-    objective = objectives.get("classify")
+    objective = objectives.get(config.objective.name)
     self.programs = p = steps_lib.Programs(config, sharding.make_mesh(config.mesh),
                                        objective)
     names = objective.feature_spec(config)
@@ -221,11 +268,19 @@ class Ours(Side):
     metrics["loss"].block_until_ready()
 
   def examples(self, k: int) -> int:
-    return int(self.batches[k]["example_weights"].sum())
+    w = self.batches[k].get("example_weights")
+    return len(self.batches[k]["input_ids"]) if w is None else int(w.sum())
+
+
+# The Hugging Face class of each objective's model.
+HF_CLASSES = {"classify": "BertForSequenceClassification",
+              "token_classify": "BertForTokenClassification",
+              "span_qa": "BertForQuestionAnswering"}
 
 
 class HuggingFace(Side):
-  """transformers BertForSequenceClassification + torch AdamW, dynamic pad."""
+  """transformers Bert(ForSequenceClassification, ForTokenClassification,
+  ForQuestionAnswering) + torch AdamW, dynamic padding."""
 
   def __init__(self, config, num_labels: int, batches):
     import torch
@@ -234,12 +289,13 @@ class HuggingFace(Side):
     from bert_jax.hf import checkpoint_io
     super().__init__(batches, "attention_mask")
     self.torch = torch
+    cls = HF_CLASSES[config.objective.name]
     cfg = checkpoint_io.hf_config_from_model_config(
-        config.model, architectures=("BertForSequenceClassification",),
+        config.model, architectures=(cls,),
         extra=dict(num_labels=num_labels))
     cfg.pop("dtype", None)
     torch.manual_seed(0)
-    self.model = transformers.BertForSequenceClassification(
+    self.model = getattr(transformers, cls)(
         transformers.BertConfig(**cfg)).train()
     t = config.train
     self.opt = torch.optim.AdamW(self.model.parameters(), lr=t.learning_rate,
@@ -266,7 +322,7 @@ class HuggingFace(Side):
     float(loss.detach())
 
   def examples(self, k: int) -> int:
-    return len(self.batches[k]["labels"])
+    return len(self.batches[k]["input_ids"])
 
 
 # ==============================================================================
@@ -285,22 +341,33 @@ def benchmark(config, rounds: int, steps: int, warmup: int,
   source = pretrained.resolve(config.train.init_from,
                               config.train.init_from_step or None)
   spec_t = pretrained.tokenizer_spec(source)
-  with tempfile.TemporaryDirectory() as tmp:
-    spec, train_rows, _ = finetuning.read_task(config, tmp)
-  config = finetuning.resolve_config(config, source, spec, len(train_rows))
+  kind = finetuning.task_kind(config)
+  spec, train_rows, _ = finetuning.read_task(config, "")  # Writes nothing.
   tok = tokenizers.load(spec_t.path, spec_t.kind, spec_t.lower_case)
+  pad_id = 0 if tok.pad_id is None else int(tok.pad_id)
   b = config.train.batch_size
-  epoch = task_data.steps_per_epoch(len(train_rows), b)
+  if kind.KIND == "sentence":
+    num_train = len(train_rows)
+  else:  # Windowed features, the same for both sides.
+    inputs = kind.Input(config, tok, spec, train_rows, {})
+    num_train = inputs.num_train
+  config = finetuning.resolve_config(config, source, spec, num_train)
+  epoch = task_data.steps_per_epoch(num_train, b)
   if steps <= 0:
     steps = max(1, epoch // rounds)
   need = max(epoch, steps)
-  encoded = tokenized_rows(train_rows, tok, config.data.seq_length)
-  pad_id = 0 if tok.pad_id is None else int(tok.pad_id)
-  hf_batches = dynamic_batches(encoded, b, pad_id, config.train.seed)
-  sides = [Ours(config, trainer_batches(train_rows, tok, config, need))]
-  if packed:
-    pc = packed_config(config, train_rows, tok, packed_batch_size)
-    sides.append(Ours(pc, trainer_batches(train_rows, tok, pc, need)))
+  if kind.KIND == "sentence":
+    encoded = tokenized_rows(train_rows, tok, config.data.seq_length)
+    hf_batches = dynamic_batches(encoded, b, pad_id, config.train.seed)
+    sides = [Ours(config, trainer_batches(train_rows, tok, config, need))]
+    if packed:  # Packed rows are a sentence-task layout (finetuning).
+      pc = packed_config(config, train_rows, tok, packed_batch_size)
+      sides.append(Ours(pc, trainer_batches(train_rows, tok, pc, need)))
+  else:
+    hf_batches = dynamic_feature_batches(
+        feature_rows(inputs.train_iter.features, kind.KIND), b, pad_id,
+        config.train.seed)
+    sides = [Ours(config, [next(inputs.train_iter) for _ in range(need)])]
   ours = sides[0]
   hf = HuggingFace(config, spec.num_labels, hf_batches)
   sides.append(hf)
@@ -312,7 +379,7 @@ def benchmark(config, rounds: int, steps: int, warmup: int,
   rows = [side.summary() for side in sides]
   m = config.model
   return dict(
-      task=spec.name, train_rows=len(train_rows), batch_size=b,
+      task=spec.name, train_rows=num_train, batch_size=b,
       seq_length=config.data.seq_length, buckets=list(config.task.buckets),
       model=f"{m.num_hidden_layers}x{m.hidden_size} ({m.num_attention_heads} "
       f"heads, vocab {m.vocab_size})", dtype=m.dtype,
@@ -329,7 +396,8 @@ def benchmark(config, rounds: int, steps: int, warmup: int,
 
 def format_report(r: dict) -> str:
   lines = [
-      f"Fine-tuning throughput, task {r['task']} ({r['train_rows']} rows), "
+      f"Fine-tuning throughput, task {r['task']} ({r['train_rows']} "
+      "training sequences), "
       f"model {r['model']}, batch {r['batch_size']}, seq <= "
       f"{r['seq_length']}, {r['dtype']}; {r['rounds']} rounds x "
       f"{r['steps_per_round']} steps per side, alternating, after "

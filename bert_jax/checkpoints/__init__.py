@@ -2,6 +2,8 @@
 
   manager.py        the Orbax CheckpointManager (async saves, iterator state,
                     quarantine of damaged steps, mesh-free param loading)
+  orbax_reads.py    restores whose failed reads leave no pending task for the
+                    garbage collector to print later
   checks.py         does a checkpoint fit this model / mesh (messages that
                     name the parameter and both configs)
   workdir_lock.py   one writer per workdir (flock locally, an identity

@@ -44,6 +44,7 @@ from etils import epath
 from jax.experimental import multihost_utils
 
 from bert_jax.checkpoints import checks as checkpoint_checks
+from bert_jax.checkpoints import orbax_reads
 from bert_jax.checkpoints.checks import CheckpointMismatchError
 from bert_jax.checkpoints.reading import DATA
 from bert_jax.checkpoints.reading import META
@@ -246,7 +247,8 @@ class Checkpointer:
       else:
         logging.warning("Checkpoint step %d has no data-iterator state; the "
                         "input starts from the beginning.", step)
-    restored = self.manager.restore(step, args=ocp.args.Composite(**items))
+    with orbax_reads.orbax_reads():
+      restored = self.manager.restore(step, args=ocp.args.Composite(**items))
     check_step_digest(restored[STATE], self._step_dir(step), meta)
     return restored[STATE]
 

@@ -19,6 +19,7 @@ from absl import logging
 from etils import epath
 
 from bert_jax.checkpoints import checks as checkpoint_checks
+from bert_jax.checkpoints import orbax_reads
 
 STATE, DATA, META = "state", "data", "meta"
 ITEMS = (STATE, DATA, META)
@@ -95,7 +96,7 @@ def _read_json(path: str) -> dict:
 
 def _restore_params(step_dir: str, item, restore_args) -> Any:
   """Restore the ``params`` subtree of a step's state with given RestoreArgs."""
-  with ocp.PyTreeCheckpointer() as ckptr:
+  with orbax_reads.orbax_reads(), ocp.PyTreeCheckpointer() as ckptr:
     restored = ckptr.restore(
         os.path.join(step_dir, STATE),
         args=ocp.args.PyTreeRestore(
@@ -110,8 +111,9 @@ def stored_state_tree(step_dir: str):
   # step-level _CHECKPOINT_METADATA inside the item directory, where the
   # CheckpointManager never writes it (it is one level up), and warns that it
   # does not exist on every resume and every fill_mask.
-  md = ocp.PyTreeCheckpointHandler().metadata(
-      epath.Path(os.path.join(step_dir, STATE)))
+  with orbax_reads.orbax_reads():
+    md = ocp.PyTreeCheckpointHandler().metadata(
+        epath.Path(os.path.join(step_dir, STATE)))
   tree = md.item_metadata if hasattr(md, "item_metadata") else md
   tree = tree.tree if hasattr(tree, "tree") else tree
   if not tree:

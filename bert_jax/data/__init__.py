@@ -17,6 +17,12 @@
   task_sources.py   downstream tasks: GLUE (TFDS) and the user's CSV/TSV/JSONL
   task_data.py      downstream batches: [CLS] A [SEP] B [SEP], length buckets
                     or packed rows
+  token_sources.py  token tagging: CoNLL columns, JSONL, TFDS conll2003
+  squad_sources.py  extractive QA: SQuAD v1.1 / v2.0 JSON, TFDS squad
+  token_features.py words -> sub-tokens -> windows, every word predicted once
+  span_features.py  [CLS] q [SEP] context windows with character offsets
+  feature_batches.py  windows, max context, bucketed batches of precomputed
+                    features with a JSON resume state
 
 May import: ``config_lib`` and ``models``. Never training, downstream or an
 entry point.

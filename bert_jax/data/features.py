@@ -79,6 +79,27 @@ def classification_spec(regression: bool, packed: bool) -> dict:
   return REGRESSION if regression else CLASSIFICATION
 
 
+# Token tagging: a tag id per position; `label_weights` is 1 where a word's
+# tag is learned (its first sub-token, in the window that owns the word).
+TOKEN_CLASSIFICATION = {
+    "input_ids": (("T",), np.int32),
+    "input_mask": (("T",), np.int32),
+    "segment_ids": (("T",), np.int32),
+    "labels": (("T",), np.int32),
+    "label_weights": (("T",), np.float32),
+}
+# Extractive QA: the answer's first and last token (0 = [CLS]: no answer in
+# this window).
+SPAN_QA = {
+    "input_ids": (("T",), np.int32),
+    "input_mask": (("T",), np.int32),
+    "segment_ids": (("T",), np.int32),
+    "start_positions": ((), np.int32),
+    "end_positions": ((), np.int32),
+    "example_weights": ((), np.float32),
+}
+
+
 def batch_shapes(spec: dict, batch_size: int, seq_length: int,
                  max_predictions: int = 0, max_sequences: int = 0
                  ) -> dict[str, tuple[tuple, type]]:

@@ -39,26 +39,19 @@ from typing import Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from bert_jax.data import feature_batches
 from bert_jax.data import features
 from bert_jax.data import iterator as data_iterator
 from bert_jax.data import packing as packing_lib
 from bert_jax.data import task_sources
 from bert_jax.data import tokenizers
 
-DEFAULT_BUCKETS = (32, 64, 128)
-INDEX = "example_index"
+# The bucket lengths and the row-index key are feature_batches' (one home
+# for every task kind's batches).
+INDEX = feature_batches.INDEX
 _ENCODE_BATCH = 256
 _MAX_EPOCHS = 1 << 40
 _nc = tf.autograph.experimental.do_not_convert
-
-
-def bucket_lengths(seq_length: int,
-                   buckets: Sequence[int] = DEFAULT_BUCKETS) -> tuple[int, ...]:
-  """The static sequence lengths batches may have (sorted, last seq_length)."""
-  if seq_length < 3:
-    raise ValueError(f"seq_length={seq_length} must be >= 3 ([CLS] x [SEP]).")
-  return tuple(sorted({min(int(b), seq_length) for b in buckets if int(b) > 2}
-                      | {int(seq_length)}))
 
 
 def feature_spec(spec: task_sources.TaskSpec, packed: bool = False) -> dict:
@@ -259,7 +252,7 @@ def _options(ds: tf.data.Dataset) -> tf.data.Dataset:
 
 def train_dataset(rows: task_sources.Rows, tok: tokenizers.Tokenizer, *,
                   seq_length: int, batch_size: int, seed: int,
-                  buckets: Sequence[int] = DEFAULT_BUCKETS,
+                  buckets: Sequence[int] = feature_batches.DEFAULT_BUCKETS,
                   process_index: int = 0, process_count: int = 1,
                   with_index: bool = False,
                   packing: packing_lib.PackingOptions | None = None
@@ -290,7 +283,7 @@ def train_dataset(rows: task_sources.Rows, tok: tokenizers.Tokenizer, *,
 
 def eval_dataset(rows: task_sources.Rows, tok: tokenizers.Tokenizer, *,
                  seq_length: int, batch_size: int,
-                 buckets: Sequence[int] = DEFAULT_BUCKETS,
+                 buckets: Sequence[int] = feature_batches.DEFAULT_BUCKETS,
                  process_index: int = 0, process_count: int = 1,
                  packing: packing_lib.PackingOptions | None = None
                  ) -> tf.data.Dataset:
@@ -309,8 +302,8 @@ def _batches(order, rows, tok, seq_length, batch_size, buckets, process_index,
     ds = _packed(ds, seq_length, batch_size, packing, pad_id, seed,
                  process_index, process_count)
   else:
-    ds = _bucketed(ds, bucket_lengths(seq_length, buckets), batch_size,
-                   pad_id)
+    ds = _bucketed(ds, feature_batches.bucket_lengths(seq_length, buckets),
+                   batch_size, pad_id)
     ds = ds.map(_nc(_finish(batch_size, pad_id, process_index,
                             process_count)))
   if not with_index:

@@ -25,7 +25,8 @@ import io
 import itertools
 import os
 import time
-from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence
+from typing import (TYPE_CHECKING, Iterable, Iterator, NamedTuple,
+                    Optional, Sequence)
 
 import jax
 import ml_collections
@@ -50,6 +51,30 @@ if TYPE_CHECKING:
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 SENTENCEPIECE = "sentencepiece"
 WORDPIECE = "wordpiece"
+
+
+class Pieces(NamedTuple):
+  """One text's pieces: ids and [start, end) character offsets (int32)."""
+  ids: np.ndarray
+  starts: np.ndarray
+  ends: np.ndarray
+
+
+def _char_pieces(text: str, ids, byte_starts, byte_ends, strip=False):
+  """UTF-8 byte offsets -> character offsets (a Pieces); `strip` leaves a
+  piece's leading whitespace (SentencePiece's "\u2581") out of its span."""
+  b0, b1 = (np.asarray(b, np.int64).reshape(-1) for b in (byte_starts,
+                                                           byte_ends))
+  if not text.isascii():  # The char index of each byte offset.
+    widths = [len(ch.encode("utf-8")) for ch in text] + [1]
+    of_byte = np.repeat(np.arange(len(text) + 1), widths)
+    b0, b1 = of_byte[b0], of_byte[b1]
+  b0 = b0.copy()
+  for k in range(len(b0) if strip else 0):
+    while b0[k] < b1[k] and text[b0[k]].isspace():
+      b0[k] += 1
+  return Pieces(np.asarray(ids, np.int32).reshape(-1), b0.astype(np.int32),
+                b1.astype(np.int32))
 
 
 class Tokenizer:
@@ -99,6 +124,13 @@ class Tokenizer:
   def id_to_piece(self, i: int) -> str:
     return self.pieces[i]
 
+  def tokenize_with_offsets(self, texts: Sequence[str]) -> list[Pieces]:
+    """Host side: per text, its ids and each piece's CHARACTER span in the
+    original text (leading whitespace excluded; the same ids as
+    ``tokenize``). What token tagging and extractive QA map predictions
+    back to the text with."""
+    raise NotImplementedError
+
   def decode(self, ids: Iterable[int]) -> str:
     raise NotImplementedError
 
@@ -143,6 +175,15 @@ class SentencePieceTokenizer(Tokenizer):
   def encode(self, text: str) -> list[int]:
     return self._sp.encode(text)
 
+  def tokenize_with_offsets(self, texts: Sequence[str]) -> list[Pieces]:
+    out = []
+    for text, proto in zip(texts, self._sp.encode(list(texts),
+                                                  return_type="proto")):
+      p = proto.pieces
+      out.append(_char_pieces(text, [x.id for x in p], [x.begin for x in p],
+                              [x.end for x in p], strip=True))
+    return out
+
   def decode(self, ids: Iterable[int]) -> str:
     ids = [int(i) for i in ids if int(i) != self.pad_id]
     out, run = [], []
@@ -186,6 +227,17 @@ class WordPieceTokenizer(Tokenizer):
     if ids.shape.rank == 3:  # older tf_text: [N, words, pieces]
       ids = ids.merge_dims(-2, -1)
     return ids
+
+  def tokenize_with_offsets(self, texts: Sequence[str]) -> list[Pieces]:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    if not texts:
+      return []
+    ids, starts, ends = self._tf.tokenize_with_offsets(tf.constant(
+        list(texts), tf.string))
+    if ids.shape.rank == 3:  # older tf_text: [N, words, pieces]
+      ids, starts, ends = (x.merge_dims(-2, -1) for x in (ids, starts, ends))
+    return [_char_pieces(t, i, b, e) for t, i, b, e in zip(
+        texts, ids.to_list(), starts.to_list(), ends.to_list())]
 
   def decode(self, ids: Iterable[int]) -> str:
     toks = [self.pieces[int(i)] for i in ids if int(i) != self.pad_id]

@@ -7,11 +7,23 @@
 `train.init_from` is anything `bert_jax.pretrained` resolves: a pretraining
 workdir (latest step, or `--config.train.init_from_step`), a step directory,
 an imported directory, a Hugging Face BERT directory or a Google TF
-checkpoint. The encoder comes from there, the classifier is new. Training is
-the pretraining `Trainer` (same mesh, sharding rules, optimizer, Orbax
-checkpoints and exact resume) with the `classify` objective and the task's
-bucketed batches; evaluation runs over every validation example and writes
-the task's official metrics to `OUT/results.json`, TensorBoard and a table.
+checkpoint. The encoder comes from there, the head is new. Training is the
+pretraining `Trainer` (same mesh, sharding rules, optimizer, Orbax
+checkpoints and exact resume) with the task kind's objective and bucketed
+batches; evaluation runs over every validation example and writes the
+task's official metrics to `OUT/results.json`, TensorBoard and a table, and
+per-example predictions to `OUT/predictions/<split>/`.
+
+Task kinds (`task.kind`, else from `task.name`), each one module:
+  sentence  `sentence_tasks`: GLUE, CSV / TSV / JSONL; `classify`
+  token     `token_tasks`: CoNLL, JSONL, TFDS conll2003; `token_classify`
+  span      `span_tasks`: SQuAD v1.1 / v2.0 JSON or TFDS; `span_qa`
+A kind module gives KIND, OBJECTIVE, `read(config, label_dir)` -> (task,
+train, {split: eval}) (every check on the task's data, nothing written),
+`save(workdir, task)` (its label_map.json, after every check), `Input(config,
+tok, task, train, evals)` (train_iter, eval_splits, num_train),
+`Scorer(task, input, config)` (`score(split, [(example_index, outputs)])` ->
+metrics, `details`, `write(dir)`) and `main_score(metrics)`.
 
 `--sweep_learning_rates=2e-5,3e-5,5e-5 --sweep_seeds=0,1,2` runs one
 fine-tuning per pair under OUT/lr<lr>-seed<seed>/ and reports, per task, the
@@ -36,16 +48,21 @@ from bert_jax import objectives
 from bert_jax import pretrained
 from bert_jax.checkpoints import reading as checkpoint_reading
 from bert_jax.checkpoints import workdir_lock
-from bert_jax.data import task_sources
+from bert_jax.data import feature_batches
+from bert_jax.data import squad_sources
+from bert_jax.data import token_sources
 from bert_jax.data import tokenizers
 from bert_jax.downstream import metrics as task_metrics
+from bert_jax.downstream import sentence_tasks
+from bert_jax.downstream import span_tasks
+from bert_jax.downstream import token_tasks
 from bert_jax.downstream import workdir_task
 from bert_jax.hf import mapping
-from bert_jax.objectives import classify
 from bert_jax.training import config_checks
 from bert_jax.training import trainer as trainer_lib
 
 RESULTS_FILE = "results.json"
+PREDICTIONS_DIR = "predictions"
 SWEEP_FILE = "sweep.json"
 # Architecture fields taken from the checkpoint; the rest of `model`
 # (dropout, dtype, attention kind) stays as this config sets it.
@@ -55,74 +72,81 @@ _KEEP_FROM_CONFIG = ("hidden_dropout_prob", "attention_probs_dropout_prob",
 
 
 # ==============================================================================
-# Task and config.
+# Task kinds and config.
 # ==============================================================================
-def read_task(config, label_dir: str):
-  """(task spec, train rows, {eval split: rows}). GLUE comes from
-  task.tfds_data_dir; any other task.name reads the user's files, whose
-  string labels are mapped once (label_dir/label_map.json when it holds a
-  resumed run's map; the caller writes the map after its checks). Nothing
-  is written here; an empty split is an error naming it."""
+# task.kind -> the module that reads, batches and scores that kind of task.
+KINDS = {m.KIND: m for m in (sentence_tasks, token_tasks, span_tasks)}
+
+
+def task_kind(config):
+  """The task-kind module of `config`: task.kind, or from task.name (TFDS
+  conll2003 -> token, squad/* -> span, else sentence)."""
   t = config.task
-  user = not t.name.startswith("glue/")
-  if user and not (t.train_file and t.validation_file):
-    raise ValueError(f"task.name={t.name!r} is not a GLUE task, so it reads "
-                     "your files: set task.train_file and "
-                     "task.validation_file (CSV, TSV or JSONL).")
-  spec, rows = task_sources.load_task(
-      t.name, tfds_data_dir=t.tfds_data_dir, train_path=t.train_file,
-      validation_path=t.validation_file,
-      text_field=t.text_field if user else "",
-      text_pair_field=t.text_pair_field, label_field=t.label_field,
-      regression=t.regression, label_order=t.label_order, label_dir=label_dir,
-      write_label_map=False)
-  for split, split_rows in rows.items():
-    field = "train_file" if split == spec.train_split else "validation_file"
-    task_sources.check_not_empty(split, split_rows, (
-        f"task.{field}={t[field]}" if user else
-        f"{spec.name} in tfds_data_dir={t.tfds_data_dir!r}"))
-  check_task(config, spec)
-  train = rows.pop(spec.train_split)
-  return spec, train, rows
+  named = ("token" if t.name in token_sources.TFDS_TASKS else
+           "span" if t.name in squad_sources.TFDS_TASKS else "")
+  kind = t.get("kind", "") or named or "sentence"
+  if kind not in KINDS:
+    raise ValueError(f"task.kind={kind!r} must be one of {sorted(KINDS)}.")
+  if named and kind != named:
+    raise ValueError(f"task.name={t.name!r} is a {named} task; task.kind="
+                     f"{kind!r} contradicts it (leave task.kind empty).")
+  return KINDS[kind]
 
 
-def class_names(config, spec) -> tuple[str, ...]:
-  """The classes' names in id order: task.label_names, else the labels."""
-  return tuple(config.task.get("label_names") or ()) or spec.label_names
-
-
-def check_task(config, spec) -> None:
-  """The task's own settings against what the files hold (before anything
-  is written)."""
-  names = tuple(config.task.get("label_names") or ())
-  if names and len(names) != len(spec.label_names):
+def check_packing(config, kind) -> None:
+  """data.packing is a sentence-task layout (one label per packed example,
+  read at its [CLS]); token and span windows are length-bucketed: one line
+  refuses them before anything is read or written."""
+  if config.data.get("packing", False) and kind is not sentence_tasks:
     raise ValueError(
-        f"task.label_names={names} names {len(names)} classes, but the task "
-        f"has {len(spec.label_names)}"
-        + (f" (labels {', '.join(spec.label_names)}, in id order)"
-           if spec.label_names else " (a regression)")
-        + ": give one name per label, in that order.")
+        f"data.packing=True with task.kind={kind.KIND!r}: packed fine-tuning "
+        "rows hold sentence tasks only; token and span tasks batch their "
+        "windows by length buckets: set data.packing=False.")
+
+
+def read_task(config, label_dir: str):
+  """(task, train rows, {eval split: rows}) of the config's task kind.
+  Nothing is written; a resumed run's labels come from
+  label_dir/label_map.json (the caller writes the map after its checks);
+  an empty split is an error naming it."""
+  return task_kind(config).read(config, label_dir)
+
+
+def class_names(config, task) -> tuple[str, ...]:
+  """The classes' names in id order: task.label_names, else the task's
+  (a sentence task's labels, a token task's tags; a span task has none)."""
+  return tuple(config.task.get("label_names") or ()) or tuple(
+      getattr(task, "label_names", ()))
+
+
+def task_input(config, tok, task, train, evals):
+  """The kind's input: train_iter, eval_splits / eval_batches, num_train."""
+  return task_kind(config).Input(config, tok, task, train, evals)
 
 
 def encoder_model_config(source):
-  """The BertModel the classifier wraps: the objective's encoder config
+  """The BertModel the head wraps: the objective's encoder config
   (ELECTRA's discriminator, DistilBERT's student) or the source's model."""
   if source.config is None:  # No model config stored: one clear error.
     return pretrained.load_model_config(source)
   return objectives.encoder_config(source.config)
 
 
-def resolve_config(config, source, spec, num_train: int):
-  """The run's full config: the checkpoint's architecture, the task's head
-  width, and num_steps / warmup_steps derived from epochs when unset."""
+def resolve_config(config, source, task, num_train: int):
+  """The run's full config: the checkpoint's architecture, the task kind's
+  objective (the source family's, ``finetune_objective``) and head width,
+  and num_steps / warmup_steps derived from epochs (over `num_train`
+  training rows or windows) when unset."""
+  kind = task_kind(config)
   config = ml_collections.ConfigDict(config.to_dict())  # Unlocked copy.
   model = config_lib.complete_model(encoder_model_config(source).to_dict())
   for field in _KEEP_FROM_CONFIG:
     model[field] = config.model[field]
-  model.num_labels = spec.num_labels
+  model.num_labels = task.num_labels
   config.model = model
-  # The family's classifier (stored with the run: its export class).
-  config.objective.name = finetune_objective(source).name
+  # The family's head of this task kind (stored with the run: its export
+  # class).
+  config.objective.name = finetune_objective(source, kind).name
   # Whose encoder this is: the head's activation came with it
   # (model.pooler_act), and the export class follows it.
   config.objective.encoder = (objectives.encoder_name(source.config)
@@ -136,86 +160,52 @@ def resolve_config(config, source, spec, num_train: int):
 
 
 # ==============================================================================
-# Input: the task's bucketed batches, as the Trainer expects them.
-# ==============================================================================
-def _train_units(config, train_rows, tok) -> int:
-  """What train.batch_size counts in one epoch: examples, or with
-  data.packing the packed rows they fill."""
-  from bert_jax.data import packing  # TensorFlow: only when training.
-  from bert_jax.data import task_data  # TensorFlow: only when training.
-  options = packing.PackingOptions.from_config(config.data)
-  if options is None:
-    return len(train_rows)
-  return task_data.packed_rows_per_epoch(
-      train_rows, tok, seq_length=config.data.seq_length, packing=options)
-
-
-class TaskInput:
-  """Train iterator (checkpointable) and per-split eval batches."""
-
-  def __init__(self, config, tok, train_rows, eval_rows: dict):
-    from bert_jax.data import task_data  # TensorFlow: only when training.
-    proc = dict(process_index=jax.process_index(),
-                process_count=jax.process_count())
-    from bert_jax.data import packing  # TensorFlow: only when training.
-    shape = dict(seq_length=config.data.seq_length,
-                 buckets=tuple(config.task.buckets),
-                 packing=packing.PackingOptions.from_config(config.data))
-    self.train_iter = task_data.create_train_iterator(
-        train_rows, tok, batch_size=config.train.batch_size,
-        seed=config.train.seed, **shape, **proc)
-    self.eval_splits = {
-        split: task_data.eval_batches(rows, tok, batch_size=config.train
-                                      .batch_size, **shape, **proc)
-        for split, rows in eval_rows.items()}
-    self.eval_batches = [b for bs in self.eval_splits.values() for b in bs]
-
-  def eval_extras(self) -> dict:
-    return {}
-
-
-# ==============================================================================
 # Evaluation: every validation example, the task's official metrics.
 # ==============================================================================
 class Evaluator:
-  """Scores the classifier's predictions over each eval split.
+  """Runs the model over each eval split; the task kind's Scorer turns the
+  outputs into its official metrics (and keeps the predictions).
 
-  Logits and loss sums come from the trainer's predict step
+  Outputs and loss sums come from the trainer's predict step
   (`Trainer.predict`: the objective's `predict` and `loss_sums`), so the
-  eval loss is the train step's loss over every real example."""
+  eval loss is the train step's loss over every real example or window."""
 
-  def __init__(self, spec, task_input: TaskInput, config):
-    self.spec, self.input, self.config = spec, task_input, config
+  def __init__(self, scorer, task_input, config):
+    self.scorer, self.input, self.config = scorer, task_input, config
     self.scores: dict = {}  # {split: {metric: value}} of the last call.
-    self.examples: dict = {}  # {split: rows scored} (padding excluded).
 
   def __call__(self, trainer, params) -> dict:
     metrics, totals, index = {}, {}, 0
     for split, batches in self.input.eval_splits.items():
-      outs, labels, weights = [], [], []
+      collected = []
       for local in batches:
-        sums, predicted = trainer.predict(params, local, index)
-        index += 1
+        sums, out = trainer.predict(params, local, index)
+        index += 1  # The eval rng of the batch (deterministic steps: unused).
         totals = {k: totals.get(k, 0.0) + float(v) for k, v in sums.items()}
-        # Packed rows: one prediction per slot ([B, S, ...] -> [B*S, ...]).
-        out = np.asarray(predicted["logits"])
-        outs.append(out.reshape((-1, out.shape[-1])))
-        labels.append(_global_rows(local["labels"]).reshape(-1))
-        weights.append(_global_rows(local["example_weights"]).reshape(-1))
-      out = np.concatenate(outs) if outs else np.zeros((0, 1), np.float32)
-      y = np.concatenate(labels) if labels else np.zeros((0,))
-      w = np.concatenate(weights) if weights else np.zeros((0,))
-      scores = task_metrics.task_scores(
-          self.spec, y, task_metrics.predictions(out, self.spec), w)
+        collected.append(_slots(
+            _global_rows(local[feature_batches.INDEX]), out))
+      scores = self.scorer.score(split, collected)
       self.scores[split] = scores
-      self.examples[split] = int(round(float(w.sum())))
       prefix = "" if len(self.input.eval_splits) == 1 else f"{split}/"
       metrics.update({prefix + k: v for k, v in scores.items()})
     # Sums added in float64 over every split, divided once (as pretraining's
-    # eval): the loss over all real examples.
-    metrics["loss"] = (float(classify.loss(totals, totals, self.config))
+    # eval): the loss over all real examples (windows, labelled words).
+    objective = trainer.programs.objective
+    metrics["loss"] = (float(objective.loss(totals, totals, self.config))
                        if totals else 0.0)
     return metrics
+
+
+def _slots(index: np.ndarray, out: dict) -> tuple:
+  """(example_index, outputs) with one entry per example: packed rows
+  (data.packing: example_index [B, S], outputs [B, S, ...]) flattened to
+  [B*S] / [B*S, ...] slots (an empty slot's index is -1); padded rows as
+  they are."""
+  if index.ndim == 1:
+    return index, out
+  flat = {k: np.asarray(v).reshape((-1,) + np.shape(v)[2:])
+          for k, v in out.items()}
+  return index.reshape(-1), flat
 
 
 def _global_rows(local: np.ndarray) -> np.ndarray:
@@ -228,22 +218,50 @@ def _global_rows(local: np.ndarray) -> np.ndarray:
 # ==============================================================================
 # One fine-tuning run.
 # ==============================================================================
-def finetune_objective(source):
-  """The objective that fine-tunes `source`: its family's classifier
-  (``Objective.finetune_objective``), else BERT's "classify"."""
+def finetune_objective(source, kind=sentence_tasks):
+  """The objective that fine-tunes `source` for a task of `kind`: a
+  sentence task its family's classifier (``Objective.finetune_objective``),
+  else BERT's "classify"; a token or span task the kind's head on the
+  BertModel encoder. A family with a classifier of its own (ModernBERT) has
+  no token or span head: one line says so."""
   objective = objectives.get(source.objective)
-  return objectives.get(objective.finetune_objective or "classify")
+  if kind is sentence_tasks:
+    return objectives.get(objective.finetune_objective or kind.OBJECTIVE)
+  if objective.finetune_objective is not None:
+    raise ValueError(
+        f"task.kind={kind.KIND!r}: train.init_from={source.path} is a "
+        f"{source.objective} checkpoint, which has no {kind.KIND} head here "
+        f"(only sentence tasks: {objective.finetune_objective}); token and "
+        "span tasks fine-tune BERT, ALBERT, ELECTRA or DistilBERT encoders.")
+  return objectives.get(kind.OBJECTIVE)
+
+
+def _with_encoder(fresh_params, encoder, filled=frozenset()
+                  ) -> tuple[dict, list[str]]:
+  """Fresh params with the loaded encoder's entries that the head's model
+  has (a token / QA model has no pooler); returns what stayed fresh, and
+  the kept entries holding a leaf in `filled` (ids of leaves the import
+  made fresh)."""
+  params = dict(jax.device_get(fresh_params))
+  mine = dict(params["bert"])
+  kept = {k: v for k, v in encoder.items() if k in mine}
+  fresh = set(mine) - set(kept) | {
+      k.split(".")[0] for k, v in mapping.flatten_params(kept).items()
+      if id(v) in filled}
+  params["bert"] = {**mine, **kept}
+  return params, sorted(fresh)
 
 
 def encoder_init(source, config, fresh_params, abstract_params):
   """Fresh params with the checkpoint's encoder (`bert` subtree) in place,
   placed like `abstract_params` (the train state's, with their shardings):
-  the classifier stays at its random init (reported), as in HF. The
-  source's params are loaded as its run saved them (any family, an exported
+  the head stays at its random init (reported), as in HF. The source's
+  params are loaded as its run saved them (any family, an exported
   classifier of another task too) and the objective takes the encoder out;
-  a family with its own classifier (ModernBERT, ``Objective.finetune_params``)
-  says what that classifier takes over. `config` is the run's
-  (resolve_config)."""
+  entries the head's model lacks (a pooler, for token and QA heads) are
+  left out; a family with its own classifier (ModernBERT,
+  ``Objective.finetune_params``) says what that classifier takes over.
+  `config` is the run's (resolve_config)."""
   objective = objectives.get(source.objective)
   if objective.finetune_params is not None:
     loaded, report = pretrained.load_params(
@@ -255,23 +273,20 @@ def encoder_init(source, config, fresh_params, abstract_params):
     return checkpoint_reading.place_params(params, abstract_params,
                                            source=source.path)
   loaded, report = pretrained.load_params(source, seed=config.train.seed)
-  params = dict(jax.device_get(fresh_params))
-  encoder = dict(objectives.encoder_params(loaded, source.config))
-  # What the classifier starts fresh: what the encoder lacks, and what the
-  # import filled fresh and the encoder kept (a BertForMaskedLM's pooler).
-  # The source's other fresh heads (a BertModel's MLM / NSP) are none of
-  # the classifier's: not reported.
-  flat_loaded = mapping.flatten_params(loaded)
-  filled = {id(v) for k, v in flat_loaded.items()
+  # What the head starts fresh: what the encoder lacks, and what the import
+  # filled fresh and the encoder kept (a BertForMaskedLM's pooler). The
+  # source's other fresh heads (a BertModel's MLM / NSP) are none of the
+  # head's: not reported.
+  filled = {id(v) for k, v in mapping.flatten_params(loaded).items()
             if any(k == h or k.startswith(h + ".") for h in report.fresh)}
-  fresh = set(params["bert"]) - set(encoder) | {
-      k.split(".")[0] for k, v in mapping.flatten_params(encoder).items()
-      if id(v) in filled}
   report.fresh = []
-  params["bert"] = {**params["bert"], **encoder}
-  logging.info("Encoder (%s objective) from %s (%s); fresh: classifier%s.",
+  params, fresh = _with_encoder(
+      fresh_params, dict(objectives.encoder_params(loaded, source.config)),
+      filled)
+  logging.info("Encoder (%s objective) from %s (%s); fresh: %s%s.",
                source.objective, source.path, report,
-               "".join(f", bert/{k}" for k in sorted(fresh)))
+               ", ".join(sorted(k for k in params if k != "bert")),
+               "".join(f", bert/{k}" for k in fresh))
   return checkpoint_reading.place_params(params, abstract_params,
                                          source=source.path)
 
@@ -302,13 +317,16 @@ def _train_loss(metrics: dict, workdir: str) -> dict:
 def run(config: ml_collections.ConfigDict, workdir: str, *,
         take_over_workdir: bool = False) -> dict:
   """Fine-tune per `config` in `workdir` (resuming) and evaluate; returns
-  the results written to workdir/results.json, or
+  the results written to workdir/results.json (the eval splits'
+  predictions files go to workdir/predictions/<split>/), or
   {"preempted_at_step": N} when a SIGTERM stopped it (a checkpoint of step
   N is committed; no results are written: rerun to finish)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   if not config.train.init_from:
     raise ValueError("train.init_from is empty: name the checkpoint to "
                      "fine-tune (a workdir, step dir, HF or TF checkpoint).")
+  kind = task_kind(config)
+  check_packing(config, kind)
   source = pretrained.resolve(config.train.init_from,
                               config.train.init_from_step or None)
   tok_spec = pretrained.tokenizer_spec(source)
@@ -316,35 +334,38 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
   # read, so check with the configured or a placeholder count).
   probe = ml_collections.ConfigDict(config.to_dict())
   probe.train.num_steps = max(1, probe.train.num_steps)
+  probe.objective.name = finetune_objective(source, kind).name
   config_checks.validate(probe, jax.device_count(), jax.process_count(),
                          check_sources=False)
   with workdir_lock.hold(workdir, take_over=take_over_workdir) as lock:
     # ---- Every check that reads the task, before this run writes a file.
     resumes = _resumes(workdir)  # Only a resumed run keeps its label map.
-    spec, train_rows, eval_rows = read_task(config, workdir if resumes
+    task, train_rows, eval_rows = kind.read(config, workdir if resumes
                                             else "")
     tok = tokenizers.load(tok_spec.path, tok_spec.kind, tok_spec.lower_case)
-    config = resolve_config(config, source, spec,
-                            _train_units(config, train_rows, tok))
+    inputs = kind.Input(config, tok, task, train_rows, eval_rows)
+    config = resolve_config(config, source, task, inputs.num_train)
     phases = config_checks.validate(config, jax.device_count(),
                                     jax.process_count(), check_sources=False)
     config_checks.check_tokenizer(config, tok)
     task_record = workdir_task.check(config, workdir, resumes)
     # ---- The workdir's own files: what a rerun and an export read back.
     if jax.process_index() == 0:
-      if not spec.name.startswith("glue/") and not spec.regression:
-        task_sources.save_label_map(workdir, spec.label_names)
+      kind.save(workdir, task)  # label_map.json of string labels / tags
       workdir_task.write(workdir, task_record)
-    pretrained.record_tokenizer(workdir, tok)
-    logging.info("Task %s: %d train rows, eval %s; %d steps of batch %d.",
-                 spec.name, len(train_rows),
+    pretrained.record_tokenizer(workdir, tok)  # What an export ships with.
+    logging.info("Task %s: %d train rows (%d %s), eval %s; %d steps of "
+                 "batch %d.", task.name, len(train_rows), inputs.num_train,
+                 "features" if kind is not sentence_tasks else
+                 "packed rows" if config.data.get("packing", False) else
+                 "examples",
                  {k: len(v) for k, v in eval_rows.items()},
                  config.train.num_steps, config.train.batch_size)
-    task_input = TaskInput(config, tok, train_rows, eval_rows)
-    evaluator = Evaluator(spec, task_input, config)
+    scorer = kind.Scorer(task, inputs, config)
+    evaluator = Evaluator(scorer, inputs, config)
     trainer = trainer_lib.Trainer(
-        config, workdir, data=task_input,
-        objective=finetune_objective(source), evaluate=evaluator,
+        config, workdir, data=inputs,
+        objective=objectives.get(config.objective.name), evaluate=evaluator,
         init_params=lambda fresh, abstract: encoder_init(
             source, config, fresh, abstract), phases=phases)
     start = time.time()
@@ -353,21 +374,25 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
       return {"preempted_at_step": metrics["preempted_at_step"]}
     if not evaluator.scores:  # Resumed after the end: evaluate once more.
       evaluator(trainer, trainer.final_state["params"])
+    scores = evaluator.scores
     results = dict(
-        task=spec.name, init_from=source.path, init_step=source.step,
+        task=task.name, kind=kind.KIND,
+        init_from=source.path, init_step=source.step,
         step=int(config.train.num_steps), seconds=time.time() - start,
         learning_rate=config.train.learning_rate, seed=config.train.seed,
-        label_names=list(class_names(config, spec)),
-        scores=evaluator.scores,
-        eval_examples=evaluator.examples,
-        main_score=task_metrics.main_score(
-            {f"{s}/{k}": v for s, d in evaluator.scores.items()
-             for k, v in d.items()}),
+        label_names=list(class_names(config, task)), scores=scores,
+        details=scorer.details,
+        eval_examples={k: len(v) for k, v in eval_rows.items()},
+        main_score=float(np.mean([kind.main_score(v)
+                                  for v in scores.values()])),
         **_train_loss(metrics, workdir))
     if jax.process_index() == 0:
+      results["predictions"] = [
+          os.path.relpath(p, workdir) for p in scorer.write(
+              os.path.join(workdir, PREDICTIONS_DIR))]
       with tf.io.gfile.GFile(os.path.join(workdir, RESULTS_FILE), "w") as f:
         json.dump(results, f, indent=1)
-  print(task_metrics.format_table({spec.name: evaluator.scores}))
+  print(task_metrics.format_table({task.name: scores}))
   return results
 
 

@@ -23,6 +23,9 @@ TASK_FILE = "task.json"
 # Settings that make it another task (no flag changes them on a checkpoint).
 SETTINGS = ("name", "text_field", "text_pair_field", "label_field",
             "regression", "label_order", "tfds_data_dir")
+# A token task's columns / fields; compared when the record has them (a
+# record of an older run does not).
+KIND_SETTINGS = ("kind", "tag_column", "tokens_field", "tags_field")
 FILES = ("train_file", "validation_file")
 
 
@@ -42,7 +45,7 @@ def _sha256(path: str) -> str:
 def describe(config) -> dict:
   """The record of `config`'s task: its settings and its files."""
   t = config.task
-  out = {k: t.get(k, "") for k in SETTINGS}
+  out = {k: t.get(k, "") for k in SETTINGS + KIND_SETTINGS}
   for k in FILES:
     path = t.get(k, "")
     path = path if not path or "://" in path else os.path.abspath(path)
@@ -75,7 +78,7 @@ def check(config, workdir: str, resumes: bool) -> dict:
   if old is None or not resumes:
     return new
   where = os.path.join(workdir, TASK_FILE)
-  for k in SETTINGS:
+  for k in SETTINGS + tuple(k for k in KIND_SETTINGS if k in old):
     if old.get(k, "") != new[k]:
       raise ValueError(
           f"{workdir} holds a checkpoint fine-tuned with task.{k}="

@@ -21,9 +21,17 @@ layer (``num_hidden_groups = num_hidden_layers``): the same function, each
 layer its own weights. The run's ``objective.encoder`` picks the table
 (:func:`for_encoder`); on import, a directory of one of these classes is a
 ``classify`` run with that encoder (``Family.objective_fields``).
+
+Token tagging and extractive QA (``token_classify``, ``span_qa``) follow the
+same pattern: per encoder family the encoder rows without the pooler, and
+the class's linear head on every token (``classifier``; ``qa_outputs`` to
+start / end), exported as ``<Family>ForTokenClassification`` /
+``<Family>ForQuestionAnswering`` (``for_encoder(encoder, objective)``).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import ml_collections
 
@@ -34,7 +42,8 @@ from bert_jax.hf import mapping
 from bert_jax.hf.mapping import Row
 from bert_jax.models import bert as model_lib
 
-CLASSIFY = "classify"  # The objective these tables' params belong to.
+# The fine-tuning objectives these tables' params belong to.
+CLASSIFY, TOKEN, SPAN = "classify", "token_classify", "span_qa"
 
 
 def classification_fields(model_config, label_names=()) -> dict:
@@ -50,16 +59,16 @@ def classification_fields(model_config, label_names=()) -> dict:
               "single_label_classification")
 
 
-def for_encoder(encoder: str) -> mapping.Family:
-  """The table of a classifier fine-tuned from `encoder` (a pretraining
-  objective name: objective.encoder of the run)."""
+def for_encoder(encoder: str, objective: str = CLASSIFY) -> mapping.Family:
+  """The table of a head of `objective` (classify, token_classify, span_qa)
+  fine-tuned from `encoder` (a pretraining objective name: objective.encoder
+  of the run)."""
   for fam in mapping.families().values():
-    if CLASSIFY in fam.objectives and fam.objective_fields(None)[
+    if objective in fam.objectives and fam.objective_fields(None)[
         "encoder"] == encoder:
       return fam
   raise ValueError(f"objective.encoder={encoder!r}: no Hugging Face "
-                   "sequence-classification table for a classifier "
-                   "fine-tuned from it.")
+                   f"{objective} table for a head fine-tuned from it.")
 
 
 def _make_model(model_config, rngs):
@@ -224,3 +233,100 @@ DISTILBERT_CLASSIFY = _register(
     model_type="distilbert", base_prefix="distilbert.",
     config_to_hf=_distil_to_hf,
     config_from_hf=_from_hf(hf_families.DISTILBERT.config_from_hf, "relu"))
+
+
+# --------------------------------------------------------------------------
+# Token tagging and extractive QA: each family's encoder rows (no pooler)
+# and a linear head on every token, as <Family>ForTokenClassification
+# (dropout -> classifier) and <Family>ForQuestionAnswering (qa_outputs).
+# --------------------------------------------------------------------------
+def token_classification_fields(model_config, label_names=()) -> dict:
+  """config.json entries of HF token classification: num_labels and
+  id2label / label2id (the run's tag names, else LABEL_i)."""
+  fields = classification_fields(model_config, label_names)
+  fields.pop("problem_type")
+  return fields
+
+
+def _qa_fields(model_config, label_names=()) -> dict:
+  del model_config, label_names
+  return dict(num_labels=2)  # HF sizes qa_outputs by num_labels: start, end.
+
+
+def _token_model(model_config, rngs):
+  return model_lib.BertForTokenClassification(model_config, rngs=rngs)
+
+
+def _qa_model(model_config, rngs):
+  return model_lib.BertForQuestionAnswering(model_config, rngs=rngs)
+
+
+# objective -> (class suffix, our head, its model, config.json fields).
+_PER_TOKEN = {
+    TOKEN: ("ForTokenClassification", "classifier", _token_model,
+            token_classification_fields),
+    SPAN: ("ForQuestionAnswering", "qa_outputs", _qa_model, _qa_fields),
+}
+
+
+def _with_architecture(config_to_hf, architecture: str):
+  """A classify table's config.json writer, naming another class."""
+  if config_to_hf is None:  # BertConfig: the table's export_architecture.
+    return None
+  def write(mc, pad_token_id: int = 0) -> dict:
+    cfg = config_to_hf(mc, pad_token_id)
+    cfg["architectures"] = [architecture]
+    return cfg
+  return write
+
+
+def _register_per_token(classify_table: mapping.Family, objective: str,
+                        name: str, *, encoder: str, tf_names=("", "")
+                        ) -> mapping.Family:
+  """The `objective` table of `encoder`: the classify table's encoder rows
+  (pooler and classifier left out) and the head (Google TF names
+  `tf_names` for BERT's)."""
+  suffix, head, make_model, fields = _PER_TOKEN[objective]
+  cls = classify_table.export_architecture.replace(
+      "ForSequenceClassification", suffix)
+  rows = tuple(r for r in classify_table.rows if not r.ours.startswith(
+      ("bert.pooler.", "classifier.")))
+  rows += (Row(f"{head}.kernel", f"{head}.weight", tf_names[0], True,
+               bool(tf_names[0])),
+           Row(f"{head}.bias", f"{head}.bias", tf_names[1], False, False))
+  shape_fields = dict(classify_table.shape_fields)
+  shape_fields.pop("classifier", None)
+  if objective == TOKEN:
+    shape_fields["classifier"] = "num_labels"
+  return mapping.register(dataclasses.replace(
+      classify_table, name=name, make_model=make_model, rows=rows,
+      heads={head: head}, architectures=((head + ".", cls),),
+      export_architecture=cls,
+      default_architecture=(classify_table.default_architecture
+                            if classify_table.config_to_hf is None else cls),
+      shape_fields=shape_fields, objectives=(objective,),
+      objective_fields=lambda mc: {"encoder": encoder},
+      config_fields=fields,
+      config_to_hf=_with_architecture(classify_table.config_to_hf, cls)))
+
+
+# google-research/bert names the heads output_* (run_classifier.py's
+# BERT-NER ports) and cls/squad/output_* (run_squad.py).
+BERT_TOKEN_CLASSIFY = _register_per_token(
+    BERT_CLASSIFY, TOKEN, "bert_token_classify", encoder="bert",
+    tf_names=("output_weights", "output_bias"))
+BERT_QA = _register_per_token(
+    BERT_CLASSIFY, SPAN, "bert_qa", encoder="bert",
+    tf_names=("cls/squad/output_weights", "cls/squad/output_bias"))
+ALBERT_TOKEN_CLASSIFY = _register_per_token(
+    ALBERT_CLASSIFY, TOKEN, "albert_token_classify", encoder="albert")
+ALBERT_QA = _register_per_token(ALBERT_CLASSIFY, SPAN, "albert_qa",
+                                encoder="albert")
+ELECTRA_TOKEN_CLASSIFY = _register_per_token(
+    ELECTRA_CLASSIFY, TOKEN, "electra_token_classify", encoder="electra")
+ELECTRA_QA = _register_per_token(ELECTRA_CLASSIFY, SPAN, "electra_qa",
+                                 encoder="electra")
+DISTILBERT_TOKEN_CLASSIFY = _register_per_token(
+    DISTILBERT_CLASSIFY, TOKEN, "distilbert_token_classify", encoder="distil")
+DISTILBERT_QA = _register_per_token(DISTILBERT_CLASSIFY, SPAN,
+                                    "distilbert_qa", encoder="distil")

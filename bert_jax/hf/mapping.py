@@ -172,6 +172,15 @@ TABLE_MODULES = {
     "albert_classify": "bert_jax.hf.classify",
     "electra_classify": "bert_jax.hf.classify",
     "distilbert_classify": "bert_jax.hf.classify",
+    # Fine-tuned token taggers and extractive QA heads, the same families.
+    "bert_token_classify": "bert_jax.hf.classify",
+    "bert_qa": "bert_jax.hf.classify",
+    "albert_token_classify": "bert_jax.hf.classify",
+    "albert_qa": "bert_jax.hf.classify",
+    "electra_token_classify": "bert_jax.hf.classify",
+    "electra_qa": "bert_jax.hf.classify",
+    "distilbert_token_classify": "bert_jax.hf.classify",
+    "distilbert_qa": "bert_jax.hf.classify",
 }
 _LOADED: dict[str, Family] = {}
 

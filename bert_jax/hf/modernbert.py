@@ -14,8 +14,8 @@ bias is ours (``decoder.bias``). Block 0 has no ``attn_norm``, as in HF.
 from __future__ import annotations
 
 from bert_jax import config_lib
+from bert_jax.hf import classify as hf_classify
 from bert_jax.hf import mapping
-from bert_jax.hf.classify import classification_fields
 from bert_jax.models import layers
 from bert_jax.models import modernbert as model_lib
 from bert_jax.models import rope_attention
@@ -208,6 +208,6 @@ MODERNBERT_CLASSIFY = mapping.register(mapping.Family(
     shape_fields=_SHAPE_FIELDS, first_layer=_FIRST_LAYER,
     export_architecture="ModernBertForSequenceClassification",
     objectives=("modernbert_classify",),
-    config_fields=classification_fields,
+    config_fields=hf_classify.classification_fields,
     config_to_hf=_classify_to_hf, config_from_hf=config_from_hf,
 ))

@@ -36,9 +36,7 @@ class AlbertModel(nnx.Module):
   def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
     model_lib.validate_model_config(config)
     self.embeddings = model_lib.Embeddings(config, rngs=rngs)
-    e, h = model_lib.embedding_size(config), config.hidden_size
-    self.embeddings_project = layers_lib.Dense(
-        config, e, h, (None, "embed"), rngs=rngs) if e != h else None
+    self.embeddings_project = model_lib.embeddings_projection(config, rngs)
     self.groups = nnx.List([AlbertGroup(config, rngs=rngs)
                             for _ in range(config.num_hidden_groups)])
     self.pooler = layers_lib.Dense(config, config.hidden_size,

@@ -155,6 +155,28 @@ def run_layers(layers, x, mask, remat_policy: str, *, deterministic, rngs):
   return x
 
 
+class EmbeddingsProjection(Dense):
+  """The E -> H dense after factorized embeddings (ELECTRA, ALBERT).
+
+  A Dense (same parameter names: ``embeddings_project/{kernel,bias}``) whose
+  output is constrained to the activation layout, so every encoder that
+  projects shards its hidden states the same way.
+  """
+
+  def __call__(self, x):
+    return logical.constrain(super().__call__(x), (
+        "activation_batch", "activation_length", "activation_embed"))
+
+
+def embeddings_projection(config, rngs: nnx.Rngs):
+  """The one place the projection is built: an EmbeddingsProjection when
+  ``model.embedding_size`` E differs from H, else None (BERT)."""
+  e, h = embedding_size(config), config.hidden_size
+  if e == h:
+    return None
+  return EmbeddingsProjection(config, e, h, (None, "embed"), rngs=rngs)
+
+
 class Encoder(nnx.Module):
   """Embedded input [B,T,E] -> hidden states [B,T,H]: an optional
   ``embeddings_project`` (E -> H, only when E != H) and the layer stack.
@@ -165,9 +187,7 @@ class Encoder(nnx.Module):
 
   def __init__(self, config, *, rngs: nnx.Rngs):
     validate_model_config(config)
-    e, h = embedding_size(config), config.hidden_size
-    self.embeddings_project = (
-        Dense(config, e, h, (None, "embed"), rngs=rngs) if e != h else None)
+    self.embeddings_project = embeddings_projection(config, rngs)
     self.layers = nnx.List(
         [Layer(config, rngs=rngs) for _ in range(config.num_hidden_layers)])
     self.remat_policy = config.remat_policy
@@ -176,8 +196,6 @@ class Encoder(nnx.Module):
                sequence_ids=None):
     if self.embeddings_project is not None:
       x = self.embeddings_project(x)
-      x = logical.constrain(x, ("activation_batch", "activation_length",
-                                "activation_embed"))
     return run_layers(self.layers, x,
                       attention_lib.make_mask(input_mask, sequence_ids),
                       self.remat_policy, deterministic=deterministic,
@@ -205,9 +223,7 @@ class BertModel(nnx.Module):
   def __init__(self, config, *, rngs: nnx.Rngs, add_pooling_layer=True):
     validate_model_config(config)
     self.embeddings = Embeddings(config, rngs=rngs)
-    e, h = embedding_size(config), config.hidden_size
-    self.embeddings_project = (
-        Dense(config, e, h, (None, "embed"), rngs=rngs) if e != h else None)
+    self.embeddings_project = embeddings_projection(config, rngs)
     self.layers = nnx.List(
         [Layer(config, rngs=rngs) for _ in range(config.num_hidden_layers)])
     self.remat_policy = config.remat_policy
@@ -370,6 +386,43 @@ class BertForSequenceClassification(nnx.Module):
     pooled = self.dropout(pooled, deterministic=deterministic, rngs=rngs)
     return (pooled @ self.classifier.kernel[...]
             + self.classifier.bias[...]).astype(jnp.float32)
+
+
+class BertForTokenClassification(nnx.Module):
+  """BERT with a per-token tagging head (HF ``BertForTokenClassification``:
+  encoder without pooler -> dropout -> linear ``classifier``)."""
+
+  def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
+    self.bert = BertModel(config, rngs=rngs, add_pooling_layer=False)
+    self.dropout = nnx.Dropout(config.hidden_dropout_prob)
+    self.classifier = Dense(config, config.hidden_size, config.num_labels,
+                            ("embed", "classes"), rngs=rngs)
+
+  def __call__(self, input_ids, input_mask, segment_ids, *,
+               deterministic=True, rngs=None):
+    """Returns logits [B, T, num_labels] in float32."""
+    seq, _ = self.bert(input_ids, input_mask, segment_ids,
+                       deterministic=deterministic, rngs=rngs)
+    seq = self.dropout(seq, deterministic=deterministic, rngs=rngs)
+    return self.classifier(seq).astype(jnp.float32)
+
+
+class BertForQuestionAnswering(nnx.Module):
+  """BERT with start / end logits per token (HF ``BertForQuestionAnswering``:
+  encoder without pooler -> linear ``qa_outputs`` to 2, no dropout)."""
+
+  def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
+    self.bert = BertModel(config, rngs=rngs, add_pooling_layer=False)
+    self.qa_outputs = Dense(config, config.hidden_size, 2,
+                            ("embed", "classes"), rngs=rngs)
+
+  def __call__(self, input_ids, input_mask, segment_ids, *,
+               deterministic=True, rngs=None):
+    """Returns (start_logits, end_logits), each [B, T] in float32."""
+    seq, _ = self.bert(input_ids, input_mask, segment_ids,
+                       deterministic=deterministic, rngs=rngs)
+    logits = self.qa_outputs(seq).astype(jnp.float32)
+    return logits[..., 0], logits[..., 1]
 
 
 def validate_model_config(config: ml_collections.ConfigDict) -> None:

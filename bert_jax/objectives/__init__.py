@@ -116,6 +116,8 @@ _MODULES = {
     "distil": "bert_jax.objectives.distil",
     "modernbert": "bert_jax.objectives.modernbert",
     "modernbert_classify": "bert_jax.objectives.modernbert_classify",
+    "span_qa": "bert_jax.objectives.span_qa",
+    "token_classify": "bert_jax.objectives.token_classify",
 }
 
 
@@ -206,11 +208,16 @@ def masked_lm(config, params) -> checkpoint_io.HFModel:
       f"{', '.join(m.family for m in models)}): nothing to fill masks with.")
 
 
+# Fine-tuning objectives whose params are a head on another family's encoder
+# (objective.encoder names it: its Hugging Face class, its pooler_act).
+HEAD_ON_ENCODER = ("classify", "token_classify", "span_qa")
+
+
 def encoder_name(config) -> str:
   """The pretraining objective whose encoder a run's params hold: its own,
   or for a fine-tuned classifier the one it was fine-tuned from
   (``objective.encoder``, which picks its head and Hugging Face class)."""
-  if config.objective.name == "classify":
+  if config.objective.name in HEAD_ON_ENCODER:
     return config.objective.encoder
   return config.objective.name
 

@@ -86,24 +86,32 @@ def metrics(sums, counts_, config) -> dict:
   return out
 
 
-def validate(config) -> None:
-  """A task's checks: the sequence shape and the head. The pretraining
-  pipeline's (tokenizer training, masking, sentence pairs) do not apply:
-  rows come from the task with the checkpoint's tokenizer."""
+def check_task_run(config) -> None:
+  """Every fine-tuning task's checks (sentence, token, span): one phase,
+  and the sequence shape."""
   if config.train.phases or config.train.recipe:
     raise ValueError("train.phases / train.recipe apply to pretraining runs "
                      "only (a fine-tuning run's batches are its task's "
                      "length buckets, task.buckets); leave them empty.")
   data_checks.check_sequence(config)
+
+
+def validate(config) -> None:
+  """A task's checks: the sequence shape and the head. The pretraining
+  pipeline's (tokenizer training, masking, sentence pairs) do not apply:
+  rows come from the task with the checkpoint's tokenizer."""
+  check_task_run(config)
   if int(config.model.num_labels) < 1:
     raise ValueError(f"model.num_labels={config.model.num_labels} must be >= 1"
                      " (1: regression).")
 
 
 def hf_export(config, params) -> tuple[checkpoint_io.HFModel, ...]:
-  """The classifier as the sequence-classification class of the family it
-  was fine-tuned from (``objective.encoder``; ``hf.classify``)."""
-  family = hf_classify.for_encoder(config.objective.encoder)
+  """The fine-tuned head as the class of the family it was fine-tuned from
+  (``objective.encoder``; ``hf.classify``): sequence classification here,
+  token classification or QA for those objectives (the same hook)."""
+  family = hf_classify.for_encoder(config.objective.encoder,
+                                   config.objective.name)
   return (checkpoint_io.HFModel("", family.name, config.model, params),)
 
 

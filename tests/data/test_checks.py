@@ -20,6 +20,7 @@ def _config(objective: str):
     config.data.update(objective="packed", nsp=False)
   elif objective == "electra":
     config.model.embedding_size = 32
+    # ELECTRA trains no pair head: packed input (check_packed_input).
     config.data.update(objective="packed", nsp=False)
   return config
 
@@ -82,3 +83,59 @@ def test_classify_checks_its_head():
   with pytest.raises(ValueError, match=r"model.num_labels=0 must be >= 1 "
                      r"\(1: regression\)."):
     _validate(_with(_config("classify"), dict(model=dict(num_labels=0))))
+
+
+def _task(objective: str):
+  """A tiny config with configs/finetune.py's task group for `objective`
+  (questions of at most 8 tokens fit data.seq_length 32)."""
+  config = _config(objective)
+  config.task = helpers.load_config("finetune").task
+  config.task.max_query_length = 8
+  return config
+
+
+@pytest.mark.parametrize("objective", ["token_classify", "span_qa"])
+@pytest.mark.parametrize("change, message", PIPELINE_ONLY)
+def test_task_objectives_skip_the_pretraining_pipelines_checks(
+    objective, change, message):
+  del message
+  _validate(_task(objective))
+  _validate(_with(_task(objective), change))
+
+
+@pytest.mark.parametrize("objective", ["token_classify", "span_qa"])
+def test_task_objectives_check_the_sequence_shape(objective):
+  with pytest.raises(ValueError, match="data.seq_length=128 exceeds "
+                     "model.max_position_embeddings=64."):
+    _validate(_with(_task(objective), dict(data=dict(seq_length=128))))
+
+
+@pytest.mark.parametrize("objective, change, message", [
+    ("token_classify", dict(model=dict(num_labels=0)),
+     r"model.num_labels=0 must be >= 1 \(the tag set's size\)."),
+    ("token_classify", dict(task=dict(doc_stride=31)),
+     r"task.doc_stride=31 must be between 1 and the window's 30 tokens "
+     r"\(data.seq_length - 2\), or 0 \(half the window\)."),
+    ("token_classify", dict(task=dict(doc_stride=-1)), "task.doc_stride=-1"),
+    ("span_qa", dict(task=dict(max_query_length=29)),
+     r"data.seq_length=32 must exceed task.max_query_length=29 \+ 3 "
+     r"\(\[CLS\] and two \[SEP\]\) to leave room for the context."),
+    ("span_qa", dict(task=dict(max_query_length=0)),
+     "task.max_query_length=0 must be >= 1."),
+    ("span_qa", dict(task=dict(n_best_size=0)),
+     "task.n_best_size=0 must be >= 1."),
+    ("span_qa", dict(task=dict(max_answer_length=0)),
+     "task.max_answer_length=0 must be >= 1."),
+    ("span_qa", dict(task=dict(doc_stride=-2)),
+     r"task.doc_stride=-2 must be >= 1, or 0 \(run_squad's 128\)."),
+])
+def test_task_objectives_check_their_head_and_windows(objective, change,
+                                                      message):
+  with pytest.raises(ValueError, match=message):
+    _validate(_with(_task(objective), change))
+
+
+def test_task_objectives_alone_need_no_task_group():
+  """The objective outside fine-tuning (tests, tools): no windows to check."""
+  for objective in ("token_classify", "span_qa"):
+    _validate(_config(objective))

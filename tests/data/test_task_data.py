@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from bert_jax.data import feature_batches
 from bert_jax.data import features
 from bert_jax.data import task_data as td
 from bert_jax.data import task_sources as ts
@@ -92,11 +93,12 @@ def test_longest_first_truncation_on_a_hand_made_pair(tok):
 
 
 def test_bucket_lengths():
-  assert td.bucket_lengths(128) == (32, 64, 128)
-  assert td.bucket_lengths(48) == (32, 48)
-  assert td.bucket_lengths(512, (64, 128)) == (64, 128, 512)
+  """Every task kind's batch lengths (feature_batches' home)."""
+  assert feature_batches.bucket_lengths(128) == (32, 64, 128)
+  assert feature_batches.bucket_lengths(48) == (32, 48)
+  assert feature_batches.bucket_lengths(512, (64, 128)) == (64, 128, 512)
   with pytest.raises(ValueError, match="seq_length"):
-    td.bucket_lengths(2)
+    feature_batches.bucket_lengths(2)
 
 
 # -----------------------------------------------------------------------------

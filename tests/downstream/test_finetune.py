@@ -93,6 +93,21 @@ def test_learnable_task_is_learned_and_shuffled_labels_stay_at_chance(
     saved = json.loads((d / "out" / "results.json").read_text())
     assert saved["scores"] == results["scores"]
     scores[shuffled] = results["scores"]["validation"]["accuracy"]
+    # The predictions file: every dev row once, in order, with its text,
+    # gold, prediction and probabilities; its accuracy is the reported one.
+    path = d / "out" / "predictions" / "validation" / "predictions.jsonl"
+    assert saved["predictions"] == ["predictions/validation/predictions.jsonl"]
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    dev = keyword_rows(300, 1, shuffle_labels=shuffled)
+    assert [r["index"] for r in records] == list(range(300))
+    assert [[r["text"], r["label"]] for r in records] == dev
+    for r in records:
+      assert set(r["probabilities"]) == {"neg", "pos"}
+      assert sum(r["probabilities"].values()) == pytest.approx(1.0)
+      assert r["prediction"] == max(r["probabilities"],
+                                    key=r["probabilities"].get)
+    assert np.mean([r["prediction"] == r["label"] for r in records]) == (
+        pytest.approx(scores[shuffled]))
   assert scores[False] >= 0.95, scores
   # 300 coin flips: |acc - 0.5| > 0.12 has probability < 3e-5.
   assert abs(scores[True] - 0.5) < 0.12, scores
@@ -141,6 +156,7 @@ def test_eval_loss_and_scores_are_the_objectives_over_every_example(
   from bert_jax import objectives
   from bert_jax import pretrained
   from bert_jax.data import tokenizers
+  from bert_jax.downstream import sentence_tasks
   from bert_jax.models import bert as model_lib
   from bert_jax.objectives import classify
   from bert_jax.training import config_checks
@@ -154,12 +170,14 @@ def test_eval_loss_and_scores_are_the_objectives_over_every_example(
   workdir = str(tmp_path / "out")
   source = pretrained.resolve(config.train.init_from)
   spec, train_rows, eval_rows = finetuning.read_task(config, workdir)
-  config = finetuning.resolve_config(config, source, spec, len(train_rows))
-  phases = config_checks.validate(config, 1, check_sources=False)
   tok_spec = pretrained.tokenizer_spec(source)
   tok = tokenizers.load(tok_spec.path, tok_spec.kind, tok_spec.lower_case)
-  task_input = finetuning.TaskInput(config, tok, train_rows, eval_rows)
-  evaluator = finetuning.Evaluator(spec, task_input, config)
+  task_input = finetuning.task_input(config, tok, spec, train_rows, eval_rows)
+  config = finetuning.resolve_config(config, source, spec,
+                                     task_input.num_train)
+  phases = config_checks.validate(config, 1, check_sources=False)
+  scorer = sentence_tasks.Scorer(spec, task_input, config)
+  evaluator = finetuning.Evaluator(scorer, task_input, config)
   trainer = trainer_lib.Trainer(
       config, workdir, data=task_input, objective=objectives.get("classify"),
       evaluate=evaluator, phases=phases,
@@ -184,7 +202,7 @@ def test_eval_loss_and_scores_are_the_objectives_over_every_example(
     hits += np.sum(w * (out.argmax(-1) == y))
     weight += w.sum()
   assert len(lengths) > 1 and weight == 37  # Several buckets; real rows.
-  assert evaluator.examples == {"validation": 37}
+  assert scorer.details == {"validation": {"examples": 37}}
   assert metrics["loss"] == pytest.approx(nll / weight, rel=1e-5)
   assert metrics["accuracy"] == pytest.approx(hits / weight, abs=1e-9)
 

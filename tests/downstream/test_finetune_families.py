@@ -4,6 +4,7 @@ wraps, computing exactly what the family's own encoder computed."""
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 from flax import nnx
@@ -98,6 +99,33 @@ def test_pretraining_bert_still_refuses_factorized_embeddings():
   c.model.embedding_size = 32
   with pytest.raises(ValueError, match="BERT has no embedding projection"):
     model_lib.BertForPreTraining(c.model, rngs=nnx.Rngs(0))
+
+
+@pytest.mark.parametrize("family", ["albert", "electra"])
+@pytest.mark.parametrize("head", ["token", "span"])
+def test_token_and_qa_heads_wrap_any_family_encoder(family, head):
+  """A token or QA model (no pooler) gets every encoder param the family
+  hook gives except a pooler, and then computes the family's sequence
+  output under its head."""
+  config = _config(family)
+  objective = objectives.for_config(config)
+  run_model = objective.make_model(config, nnx.Rngs(0))
+  params = _noised(run_model)
+  nnx.update(run_model, params)
+  enc_config = ml_collections.ConfigDict(
+      objectives.encoder_config(config).to_dict())
+  enc_config.num_labels = 5
+  cls = (model_lib.BertForTokenClassification if head == "token" else
+         model_lib.BertForQuestionAnswering)
+  model = cls(enc_config, rngs=nnx.Rngs(1))
+  graphdef, fresh = nnx.split(model, nnx.Param)
+  merged, left_fresh = finetuning._with_encoder(  # pylint: disable=protected-access
+      fresh.to_pure_dict(), objectives.encoder_params(params, config))
+  assert "pooler" not in merged["bert"] and left_fresh == []
+  ids, mask, seg = _inputs()
+  ours, _ = nnx.merge(graphdef, merged).bert(ids, mask, seg)
+  theirs = _family_sequence_output(family, run_model, ids, mask, seg)
+  np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), atol=1e-5)
 
 
 def test_distilbert_encoder_is_fine_tuned_with_the_data_settings_untouched():

@@ -58,7 +58,7 @@ def _our_run(base):
   config = finetuning.resolve_config(config, source, spec, len(train_rows))
   tok_spec = pretrained.tokenizer_spec(source)
   tok = tokenizers.load(tok_spec.path, tok_spec.kind, tok_spec.lower_case)
-  task_input = finetuning.TaskInput(config, tok, train_rows, eval_rows)
+  task_input = finetuning.task_input(config, tok, spec, train_rows, eval_rows)
 
   mesh = sharding.make_mesh(config.mesh)
   programs = steps_lib.Programs(config, mesh, objectives.get("classify"))

@@ -107,3 +107,29 @@ def test_embeddings_equal_transformers_hidden_states(hf_dir, layer):
       h = hf(input_ids=enc["input_ids"], output_hidden_states=True
              ).hidden_states[layer][0].numpy()
     np.testing.assert_allclose(ours[i], h.mean(0), atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["token", "span"])
+def test_token_and_span_tasks_are_refused_in_one_line(hf_dir, tmp_path,
+                                                      kind):
+  """ModernBERT has a sequence classifier only here: a token or span task
+  from it is one error naming the checkpoint and what it can do, raised
+  before anything is written."""
+  from bert_jax.downstream import finetuning
+  from tests import helpers
+  from tests.helpers import span_tag_tasks
+  write = (span_tag_tasks.write_tagging_task if kind == "token" else
+           span_tag_tasks.write_qa_task)
+  train, dev = write(str(tmp_path / "task"), n_train=4, n_dev=2)
+  config = helpers.load_config("ner" if kind == "token" else "squad")
+  config.task.update(name="gen", train_file=train, validation_file=dev)
+  config.train.init_from = hf_dir["out"]
+  config.data.seq_length = 64
+  with pytest.raises(ValueError) as e:
+    finetuning.run(config, str(tmp_path / "ft"))
+  assert str(e.value) == (
+      f"task.kind={kind!r}: train.init_from={hf_dir['out']} is a modernbert "
+      f"checkpoint, which has no {kind} head here (only sentence tasks: "
+      "modernbert_classify); token and span tasks fine-tune BERT, ALBERT, "
+      "ELECTRA or DistilBERT encoders.")
+  assert helpers.written_files(tmp_path / "ft") == []

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from bert_jax.models import albert
 from bert_jax.models import bert as model_lib
 from tests import helpers
 
@@ -172,3 +173,27 @@ def test_fused_attention_mask_is_finite_in_float16():
   out = model(ids, jnp.zeros_like(ids), seg)
   for k in ("sequence_output", "pooled_output", "mlm_logits", "nsp_logits"):
     assert bool(jnp.all(jnp.isfinite(out[k].astype(jnp.float32)))), k
+
+
+def test_factorized_embeddings_have_one_projection_everywhere():
+  """E != H: ELECTRA's encoder, a fine-tuned ELECTRA/ALBERT BertModel and
+  ALBERT project E -> H with the same module (same parameter names, the
+  activation layout constraint on all three); E == H: no projection."""
+  config = helpers.tiny_config(model=dict(embedding_size=16)).model
+  rngs = nnx.Rngs(0)
+  built = [model_lib.Encoder(config, rngs=rngs),
+           model_lib.BertModel(config, rngs=rngs),
+           albert.AlbertModel(config, rngs=rngs)]
+  for model in built:
+    project = model.embeddings_project
+    assert isinstance(project, model_lib.EmbeddingsProjection), type(model)
+    assert project.kernel.shape == (16, config.hidden_size)
+    assert sorted(k for k, _ in nnx.to_flat_state(nnx.state(project))) == [
+        ("bias",), ("kernel",)]
+  x = jnp.ones((2, 4, 16))
+  np.testing.assert_allclose(  # A plain dense: x W + b.
+      built[0].embeddings_project(x),
+      x @ built[0].embeddings_project.kernel[...]
+      + built[0].embeddings_project.bias[...], rtol=1e-5)
+  plain = helpers.tiny_config().model
+  assert model_lib.embeddings_projection(plain, rngs) is None

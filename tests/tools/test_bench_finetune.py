@@ -42,10 +42,69 @@ def test_demo_task_has_four_topics_and_a_disjoint_dev_split():
   assert min(lengths) >= 3 and max(lengths) > 40  # Varied: buckets matter.
 
 
+def test_token_and_span_features_batch_for_hugging_face(tmp_path):
+  """The HF side gets every window once, padded to its batch's longest,
+  with its labels (-100 where ours has weight 0) and answer positions."""
+  from bert_jax.data import span_features
+  from bert_jax.data import squad_sources
+  from bert_jax.data import token_features
+  from bert_jax.data import token_sources
+  from bert_jax.data import tokenizers
+  from tests.helpers import span_tag_tasks
+  from tests.helpers import tiny_models
+  tiny_models.write_vocab(str(tmp_path / "vocab.txt"))
+  tok = tokenizers.load(str(tmp_path / "vocab.txt"), "wordpiece", True)
+  bench = _tool("bench_finetune")
+  train, _ = span_tag_tasks.write_tagging_task(str(tmp_path / "ner"),
+                                               n_train=40, n_dev=2)
+  data = token_sources.read_conll(train)
+  features, _ = token_features.build(data, tok, token_sources.tag_order(data),
+                                     seq_length=32, stride=15)
+  rows = bench.feature_rows(features, "token")
+  batches = bench.dynamic_feature_batches(rows, 8, 0, seed=0)
+  assert len(batches) == len(rows) // 8
+  for b in batches:
+    n = b["attention_mask"].sum(1)
+    assert b["input_ids"].shape[1] == n.max()
+    assert np.all((b["labels"] == -100) | (b["attention_mask"] == 1))
+  learned = sum(int(np.sum(b["labels"] != -100)) for b in batches)
+  per_row = [int(np.sum(r["labels"] != -100)) for r in rows]
+  assert learned <= sum(per_row) and max(per_row) > 0
+  train, _ = span_tag_tasks.write_qa_task(str(tmp_path / "qa"), n_train=10,
+                                          n_dev=2)
+  examples, _ = squad_sources.read_json(train)
+  features, _ = span_features.build(examples, tok, seq_length=64,
+                                    max_query_length=16, doc_stride=24)
+  rows = bench.feature_rows(features, "span")
+  for r, s, e in zip(rows, features.arrays["start_positions"],
+                     features.arrays["end_positions"]):
+    assert (r["start_positions"], r["end_positions"]) == (s, e)
+    assert r["token_type_ids"].max() == 1  # the context segment
+
+
+def test_english_tasks_hold_out_the_dev_names(tmp_path):
+  make = _tool("make_span_tag_tasks")
+  train, dev = make.write_english("token", str(tmp_path / "ner"), n_train=50,
+                                  n_dev=50)
+  words = lambda p: {ln.split()[0] for ln in open(p) if ln.strip()
+                     and ln.split()[-1] != "O"}
+  people = set(make.PER_FIRST[0]) | set(make.PER_FIRST[1])
+  assert words(train) & people <= set(make.PER_FIRST[0])
+  assert words(dev) & people <= set(make.PER_FIRST[1])
+  train, dev = make.write_english("span", str(tmp_path / "qa"), n_train=20,
+                                  n_dev=20)
+  import json
+  answers = lambda p: {a["text"].split()[0] for para in json.load(open(p))[
+      "data"][0]["paragraphs"] for qa in para["qas"] for a in qa["answers"]}
+  assert answers(train) <= set(make.PER_FIRST[0])
+  assert answers(dev) <= set(make.PER_FIRST[1]) and answers(dev)
+
+
 def test_documented_command_parses_without_a_workdir():
   """docs/downstream.md's command (it used to stop with `flag
-  --workdir=None`: the tool writes no workdir). Flags parsed in a child,
-  absl's required-flag checks included; nothing is benchmarked."""
+  --workdir=None`: the tool writes no workdir). Flags defined as the script
+  defines them (define_flags) and parsed in a child, absl's required-flag
+  checks included; nothing is benchmarked."""
   import subprocess
   import sys
   argv = ["bench_finetune", "--config", "configs/finetune.py",

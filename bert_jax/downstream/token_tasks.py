@@ -1,0 +1,144 @@
+"""Token tagging (NER) as a fine-tuning task kind (``task.kind="token"``).
+
+Read (``data/token_sources``: CoNLL columns, JSONL, TFDS ``conll2003``),
+featurized with the checkpoint's tokenizer (``data/token_features``: first
+sub-token labelled, overlapping windows, every word predicted once), trained
+with the ``token_classify`` objective (``BertForTokenClassification``), and
+scored per word with conlleval's entity precision / recall / F1, micro and per
+type, and token accuracy (``entity_metrics``). The predictions file of each
+eval split is ``predictions/<split>/predictions.conll``: ``word gold
+predicted`` per line and a blank line between sentences, which conlleval
+reads unchanged.
+
+A task kind module gives ``finetuning`` the same few names (KIND,
+OBJECTIVE, ``read``, ``Input``, ``Scorer``, ``main_score``; see there).
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import numpy as np
+
+from bert_jax.data import feature_batches
+from bert_jax.data import token_features
+from bert_jax.data import token_sources
+from bert_jax.downstream import entity_metrics
+
+KIND = "token"
+OBJECTIVE = "token_classify"
+PREDICTIONS_FILE = "predictions.conll"
+
+
+def read(config, label_dir: str):
+  """(task, train sentences, {eval split: sentences}): the tag set from
+  label_dir/label_map.json (a resumed run), else from the training data;
+  :func:`save` writes it after every check. Nothing is written here; an
+  empty split is an error naming it."""
+  t = config.task
+  task, rows = token_sources.load_task(
+      t.name, tfds_data_dir=t.tfds_data_dir, train_path=t.train_file,
+      validation_path=t.validation_file, tag_column=t.tag_column,
+      tokens_field=t.tokens_field, tags_field=t.tags_field,
+      label_dir=label_dir, write_label_map=False)
+  names = tuple(t.get("label_names") or ())
+  if names and names != task.label_names:
+    raise ValueError(
+        f"task.label_names={names}: a token task's tags name themselves "
+        f"({', '.join(task.label_names)}, in id order, saved as "
+        "label_map.json); leave task.label_names empty.")
+  train = rows.pop(task.train_split)
+  return task, train, rows
+
+
+def save(workdir: str, task) -> None:
+  """The tag set's ids (label_map.json), kept by a resumed run."""
+  token_sources.save_label_map(workdir, task.label_names)
+
+
+def window_stride(config) -> int:
+  """task.doc_stride, or half of the window (seq_length - 2) when 0."""
+  return int(config.task.doc_stride) or max(1,
+                                            (config.data.seq_length - 2) // 2)
+
+
+class Input:
+  """Train iterator (resumable) and per-split eval batches and word maps."""
+
+  def __init__(self, config, tok, task, train, evals: dict):
+    kw = dict(seq_length=config.data.seq_length,
+              stride=window_stride(config),
+              label_all_subtokens=bool(config.task.label_all_subtokens))
+    lengths = feature_batches.bucket_lengths(config.data.seq_length,
+                                             tuple(config.task.buckets))
+    proc = dict(process_index=jax.process_index(),
+                process_count=jax.process_count())
+    pad_id = 0 if tok.pad_id is None else int(tok.pad_id)
+    features, _ = token_features.build(train, tok, task.label_names, **kw)
+    self.num_train = len(features)
+    self.train_iter = feature_batches.FeatureIterator(
+        features, batch_size=config.train.batch_size, seed=config.train.seed,
+        lengths=lengths, pad_id=pad_id, **proc)
+    self.data, self.word_maps, self.eval_splits = dict(evals), {}, {}
+    for split, sentences in evals.items():
+      f, self.word_maps[split] = token_features.build(
+          sentences, tok, task.label_names, **kw)
+      self.eval_splits[split] = feature_batches.eval_batches(
+          f, batch_size=config.train.batch_size, lengths=lengths,
+          pad_id=pad_id, **proc)
+    self.eval_batches = [b for bs in self.eval_splits.values() for b in bs]
+
+  def eval_extras(self) -> dict:
+    return {}
+
+
+def main_score(scores: dict) -> float:
+  return float(scores["f1"])
+
+
+class Scorer:
+  """Per eval split: word predictions -> conlleval scores and the file."""
+
+  def __init__(self, task, task_input: Input, config):
+    del config
+    self.task, self.input = task, task_input
+    self.predicted: dict = {}  # {split: per sentence, predicted tags}
+    self.details: dict = {}  # {split: per_type, entity / word counts}
+
+  def score(self, split: str, batches: list) -> dict:
+    """`batches`: [(feature index [B], {"logits": [B, T', labels]})]."""
+    data = self.input.data[split]
+    lengths = [len(w) for w in data.words]
+    words = [np.full(n, -1, np.int64) for n in lengths]
+    for index, out in batches:
+      got = token_features.word_predictions(
+          self.input.word_maps[split], index,
+          np.asarray(out["logits"]).argmax(-1), lengths)
+      for mine, new in zip(words, got):
+        mine[new >= 0] = new[new >= 0]
+    names = self.task.label_names
+    missing = sum(int(np.sum(w < 0)) for w in words)
+    if missing:
+      raise AssertionError(f"{missing} words of {split} got no prediction.")
+    pred = [[names[i] for i in w] for w in words]
+    self.predicted[split] = pred
+    s = entity_metrics.entity_scores(data.tags, pred)
+    self.details[split] = {k: s[k] for k in ("per_type", "entities",
+                                             "predicted", "words")}
+    return {k: s[k] for k in ("precision", "recall", "f1", "accuracy")}
+
+  def write(self, directory: str) -> list[str]:
+    """predictions/<split>/predictions.conll for every scored split."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    paths = []
+    for split, pred in self.predicted.items():
+      data = self.input.data[split]
+      d = os.path.join(directory, split)
+      tf.io.gfile.makedirs(d)
+      path = os.path.join(d, PREDICTIONS_FILE)
+      with tf.io.gfile.GFile(path, "w") as f:
+        f.write("\n".join(entity_metrics.conll_lines(data.words, data.tags,
+                                                     pred)) + "\n")
+      paths.append(path)
+    return paths
