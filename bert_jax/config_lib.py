@@ -149,6 +149,16 @@ def data_config() -> ml_collections.ConfigDict:
       # sentences, no pair label). "" = "nsp" if nsp else "packed".
       objective="",
       short_seq_prob=0.1,
+      # Packing (bert_jax/data/packing.py): several examples per row, each
+      # attending only to itself, with its own positions and [CLS]: NSP/SOP
+      # pairs, or with objective "packed" whole-document chunks (which then
+      # never cross a document), or fine-tuning examples. Rows are filled by
+      # best-fit decreasing over windows of packing_window examples, at most
+      # packing_max_sequences a row (the static shape of the per-example
+      # features). Off: one example per row, padded.
+      packing=False,
+      packing_max_sequences=16,
+      packing_window=1024,
       # Lines per block: example building works on blocks of consecutive
       # lines of one file; NSP random segments come from the same block.
       block_lines=1024,

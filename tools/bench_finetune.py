@@ -1,4 +1,5 @@
-r"""Fine-tuning throughput: bert_jax (length buckets) vs Hugging Face PyTorch.
+r"""Fine-tuning throughput: bert_jax (length buckets, packed rows) vs Hugging
+Face PyTorch.
 
 Any task kind (sentence classification, token tagging, extractive QA):
 ``--config configs/ner.py`` / ``configs/squad.py`` benchmark
@@ -18,9 +19,15 @@ both sides: speed does not depend on them), same batch size, dtype
 (`--config.model.dtype`; bfloat16 means torch.autocast for PyTorch), AdamW
 with gradient clipping and dropout 0.1 on both sides, in one process:
 
-  bert_jax: the fine-tuning train step (`steps_lib.Programs`, `classify`
-    objective) on the batches `task_data` makes: examples grouped by length
-    into `task.buckets` static lengths, compiled once per bucket.
+  bert_jax, buckets: the fine-tuning train step (`steps_lib.Programs`,
+    `classify` objective) on the batches `task_data` makes: examples grouped
+    by length into `task.buckets` static lengths, compiled once per bucket.
+  bert_jax, packed (`--packed`, default on; sentence tasks): the same step with
+    `data.packing=True`: several examples a row of `data.seq_length`,
+    attention inside each (bert_jax/data/packing.py), one compile;
+    `--packed_batch_size` rows a step (0: as many as hold `batch_size`
+    examples on average, so that both bert_jax sides take the same number of
+    examples a step).
   HF: `BertForSequenceClassification` (transformers, its default attention)
     on shuffled batches of the same rows padded to the batch's longest
     example, as `DataCollatorWithPadding` does (no fixed-length strawman).
@@ -63,6 +70,9 @@ def define_flags():
                        "default). On a loaded machine OpenMP's spinning makes "
                        "more threads slower; try 1.")
   flags.DEFINE_string("json", "", "Also write the results to this file.")
+  flags.DEFINE_bool("packed", True, "Also time bert_jax on packed rows.")
+  flags.DEFINE_integer("packed_batch_size", 0, "Packed rows a step; 0: the "
+                       "rows that hold train.batch_size examples on average.")
 
 
 FLAGS = flags.FLAGS
@@ -149,13 +159,32 @@ def dynamic_feature_batches(rows, batch_size: int, pad_id: int, seed: int):
   return batches
 
 
-def bucketed_batches(rows, tok, config, num: int):
-  """The fine-tuning trainer's own train batches (task_data), `num` of them."""
+def trainer_batches(rows, tok, config, num: int):
+  """The fine-tuning trainer's own train batches (task_data: buckets, or
+  packed rows with data.packing), `num` of them."""
+  from bert_jax.data import packing
   from bert_jax.data import task_data
   it = task_data.create_train_iterator(
       rows, tok, batch_size=config.train.batch_size, seed=config.train.seed,
-      seq_length=config.data.seq_length, buckets=tuple(config.task.buckets))
+      seq_length=config.data.seq_length, buckets=tuple(config.task.buckets),
+      packing=packing.PackingOptions.from_config(config.data))
   return [next(it) for _ in range(num)]
+
+
+def packed_config(config, rows, tok, batch_size: int):
+  """`config` with data.packing on and `batch_size` rows a step (0: the
+  rows that hold train.batch_size examples on average)."""
+  from bert_jax.data import packing
+  from bert_jax.data import task_data
+  c = config.copy_and_resolve_references()
+  c.data.packing = True
+  if batch_size <= 0:
+    n_rows = task_data.packed_rows_per_epoch(
+        rows, tok, seq_length=c.data.seq_length,
+        packing=packing.PackingOptions.from_config(c.data))
+    batch_size = max(1, round(config.train.batch_size * n_rows / len(rows)))
+  c.train.batch_size = int(batch_size)
+  return c
 
 
 # ==============================================================================
@@ -218,8 +247,12 @@ class Ours(Side):
     self.device_batches = [
         sharding.global_batch({k: b[k] for k in names}, p.batch_sharding)
         for b in batches]
-    buckets = ",".join(str(s[1]) for s in self.shapes)
-    self.name = f"bert_jax, buckets {buckets} ({config.model.dtype})"
+    if config.data.get("packing", False):
+      self.name = (f"bert_jax, packed {len(batches[0]['input_ids'])} x "
+                   f"{config.data.seq_length} ({config.model.dtype})")
+    else:
+      buckets = ",".join(str(s[1]) for s in self.shapes)
+      self.name = f"bert_jax, buckets {buckets} ({config.model.dtype})"
     t = time.perf_counter()
     seen = set()
     for k, b in enumerate(batches):  # Compile every bucket once.
@@ -296,7 +329,8 @@ class HuggingFace(Side):
 # Benchmark.
 # ==============================================================================
 def benchmark(config, rounds: int, steps: int, warmup: int,
-              torch_threads: int = 0) -> dict:
+              torch_threads: int = 0, packed: bool = True,
+              packed_batch_size: int = 0) -> dict:
   import jax
   if torch_threads:
     import torch
@@ -325,20 +359,24 @@ def benchmark(config, rounds: int, steps: int, warmup: int,
   if kind.KIND == "sentence":
     encoded = tokenized_rows(train_rows, tok, config.data.seq_length)
     hf_batches = dynamic_batches(encoded, b, pad_id, config.train.seed)
-    our_batches = bucketed_batches(train_rows, tok, config, need)
+    sides = [Ours(config, trainer_batches(train_rows, tok, config, need))]
+    if packed:  # Packed rows are a sentence-task layout (finetuning).
+      pc = packed_config(config, train_rows, tok, packed_batch_size)
+      sides.append(Ours(pc, trainer_batches(train_rows, tok, pc, need)))
   else:
     hf_batches = dynamic_feature_batches(
         feature_rows(inputs.train_iter.features, kind.KIND), b, pad_id,
         config.train.seed)
-    our_batches = [next(inputs.train_iter) for _ in range(need)]
-  ours = Ours(config, our_batches)
+    sides = [Ours(config, [next(inputs.train_iter) for _ in range(need)])]
+  ours = sides[0]
   hf = HuggingFace(config, spec.num_labels, hf_batches)
-  ours.run(warmup, record=False)
-  hf.run(warmup, record=False)
-  for _ in range(rounds):
-    ours.run(steps)
-    hf.run(steps)
-  rows = [ours.summary(), hf.summary()]
+  sides.append(hf)
+  for side in sides:
+    side.run(warmup, record=False)
+  for _ in range(rounds):  # Alternate so that noise hits every side alike.
+    for side in sides:
+      side.run(steps)
+  rows = [side.summary() for side in sides]
   m = config.model
   return dict(
       task=spec.name, train_rows=num_train, batch_size=b,
@@ -347,11 +385,13 @@ def benchmark(config, rounds: int, steps: int, warmup: int,
       f"heads, vocab {m.vocab_size})", dtype=m.dtype,
       rounds=rounds, steps_per_round=steps, warmup=warmup,
       ours_compile_seconds=ours.compile_seconds,
+      over_hf={r["side"]: r["examples_per_s"] / rows[-1]["examples_per_s"]
+               for r in rows[:-1]},
       versions=f"jax {jax.__version__} ({jax.devices()[0].platform}); "
       f"{hf.versions}",
       cpu_count=os.cpu_count(), load_average=list(os.getloadavg()),
       results=rows,
-      ours_over_hf=rows[0]["examples_per_s"] / rows[1]["examples_per_s"])
+      ours_over_hf=rows[0]["examples_per_s"] / rows[-1]["examples_per_s"])
 
 
 def format_report(r: dict) -> str:
@@ -371,8 +411,9 @@ def format_report(r: dict) -> str:
                  f"{s['real_tokens_per_s']:>9.0f} "
                  f"{100 * s['padding_fraction']:>7.1f}% "
                  f"{s['step_ms_p50']:>8.1f}")
-  lines.append(f"bert_jax / HF examples/s: {r['ours_over_hf']:.2f}x "
-               f"(bert_jax compiled {len(r['results'][0]['shapes'])} bucket "
+  for side, ratio in r["over_hf"].items():
+    lines.append(f"{side} / HF examples/s: {ratio:.2f}x")
+  lines.append(f"(bert_jax buckets compiled {len(r['results'][0]['shapes'])} "
                f"shapes in {r['ours_compile_seconds']:.1f} s, excluded)")
   return "\n".join(lines)
 
@@ -381,7 +422,8 @@ def main(argv):
   del argv
   try:
     result = benchmark(FLAGS.config, FLAGS.rounds, FLAGS.steps, FLAGS.warmup,
-                       FLAGS.torch_threads)
+                       FLAGS.torch_threads, FLAGS.packed,
+                       FLAGS.packed_batch_size)
   except (ValueError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(1)

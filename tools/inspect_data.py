@@ -61,9 +61,16 @@ def show(tok, batch, r):
     else:
       out.append(o)
   seg = batch["segment_ids"][r][:n]
-  print(f"--- example {r}: {n} tokens, {len(sel)} predicted, "
-        f"next_sentence_label={int(batch['next_sentence_labels'][r])}, "
-        f"segment B starts at {int(np.argmax(seg)) if seg.any() else '-'}")
+  if "sequence_ids" in batch:  # A packed row: its examples, their labels.
+    k = int(batch["next_sentence_weights"][r].sum())
+    starts = batch["cls_positions"][r][:k].tolist()
+    labels = batch["next_sentence_labels"][r][:k].tolist()
+    print(f"--- row {r}: {n} tokens in {k} packed examples starting at "
+          f"{starts}, {len(sel)} predicted, next_sentence_labels={labels}")
+  else:
+    print(f"--- example {r}: {n} tokens, {len(sel)} predicted, "
+          f"next_sentence_label={int(batch['next_sentence_labels'][r])}, "
+          f"segment B starts at {int(np.argmax(seg)) if seg.any() else '-'}")
   print(" ".join(out))
   print("text:", tok.decode(orig[:n]))
 
@@ -87,7 +94,7 @@ def main(argv):
     show(tok, batches[0], r)
   if flags.FLAGS.save:
     arrays = {k: np.concatenate([b[k] for b in batches])
-              for k in features.PRETRAINING_NAMES}
+              for k in features.pretraining_spec(config.data)}
     orig = np.concatenate([original_ids(b) for b in batches])
     arrays["word_start"] = tok.word_start[orig] & (arrays["input_mask"] > 0)
     arrays.update(vocab_size=np.int32(tok.vocab_size),

@@ -10,6 +10,14 @@ dev rows; 17 of the 314 distinct dev sentences, short code lines that the
 docs repeat, also occur in train). Sentences vary in
 length (a few tokens to over 100), which is what length buckets are for.
 Used by the README's demo fine-tuning comparison and tools/bench_finetune.py.
+
+  python tools/make_demo_task.py --out /tmp/short_task --lengths sst2
+
+The same topics cut into short phrases of SST-2-like lengths instead: word
+counts drawn from a log-normal of median 10 words (sigma 0.6, 2 to 50
+words), consecutive words of the topic's text, the same 1-in-5 dev split
+(seeded: the same files every time). What packing is for: most rows of a
+32-slot bucket are padding.
 """
 
 import argparse
@@ -35,12 +43,36 @@ def task_rows(topics=TOPICS, min_words: int = 3):
   return out
 
 
+def short_rows(topics=TOPICS, median_words: float = 10.0, seed: int = 0):
+  """{"train": [(phrase, topic)], "dev": [...]}: each topic's text cut into
+  consecutive phrases of log-normal word counts (SST-2-like lengths)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from bert_jax.data import demo_corpus  # pylint: disable=g-import-not-at-top
+  docs = dict(demo_corpus.demo_documents())
+  rng = np.random.default_rng(seed)
+  out = {"train": [], "dev": []}
+  for topic in topics:
+    words = " ".join(docs[topic]).split()
+    i = k = 0
+    while i < len(words):
+      n = int(np.clip(round(rng.lognormal(np.log(median_words), 0.6)), 2, 50))
+      phrase = " ".join(words[i:i + n])
+      i += n
+      out["dev" if k % DEV_EVERY == 0 else "train"].append((phrase, topic))
+      k += 1
+  return out
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--out", required=True, help="Output directory.")
+  parser.add_argument("--lengths", choices=("sentences", "sst2"),
+                      default="sentences", help="Whole sentences, or short "
+                      "phrases of SST-2-like lengths (median 10 words).")
   args = parser.parse_args()
   os.makedirs(args.out, exist_ok=True)
-  for split, rows in task_rows().items():
+  rows = task_rows() if args.lengths == "sentences" else short_rows()
+  for split, rows in rows.items():
     path = os.path.join(args.out, f"{split}.csv")
     with open(path, "w", newline="", encoding="utf-8") as f:
       w = csv.writer(f)

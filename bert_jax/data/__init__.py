@@ -11,10 +11,12 @@
   tokenizers.py     in-graph SentencePiece / WordPiece; trained and cached
   examples.py       NSP / SOP pairs and packed sequences from blocks of lines
   masking.py        MLM masking inside the tf.data graph (stateless, resumable)
+  packing.py        several examples per row: best-fit decreasing in windows
   pipeline.py       assembles the pretraining tf.data pipeline
   iterator.py       per-host batches with a saveable state and data counters
   task_sources.py   downstream tasks: GLUE (TFDS) and the user's CSV/TSV/JSONL
   task_data.py      downstream batches: [CLS] A [SEP] B [SEP], length buckets
+                    or packed rows
   token_sources.py  token tagging: CoNLL columns, JSONL, TFDS conll2003
   squad_sources.py  extractive QA: SQuAD v1.1 / v2.0 JSON, TFDS squad
   token_features.py words -> sub-tokens -> windows, every word predicted once

@@ -19,6 +19,12 @@ document of the same block of lines (if the block holds a single long
 document, from a chunk of it at least 3 chunks away); a chunk of a single
 sentence is split inside the sentence; the sentences left over when B is
 random are not put back.
+
+With ``data.packing`` the examples are later packed several to a row
+(``packing``); pairs are built as above, and the RoBERTa-style objective
+builds document chunks instead of one stream across documents: consecutive
+lines of ONE document while they fit, ``[CLS] chunk [SEP]``, so that no
+example (and, once packed, no attention) crosses a document.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ class ExampleOptions:
   block_lines: int
   mode: str = "all"
   eval_fraction: float = 0.0
+  packing: bool = False
 
   @classmethod
   def from_config(cls, data: ml_collections.ConfigDict, mode: str = "all",
@@ -66,7 +73,8 @@ class ExampleOptions:
                short_seq_prob=float(data.short_seq_prob),
                max_line_bytes=int(data.max_line_bytes),
                block_lines=int(data.block_lines), mode=mode,
-               eval_fraction=float(eval_fraction))
+               eval_fraction=float(eval_fraction),
+               packing=bool(data.get("packing", False)))
 
 
 def _first_true(x: tf.Tensor) -> tf.Tensor:
@@ -107,6 +115,7 @@ class ExampleBuilder:
     self.eval_fraction = options.eval_fraction
     self.cls, self.sep, self.pad = tok.cls_id, tok.sep_id, tok.pad_id
     self.block_lines = options.block_lines
+    self.packing = options.packing
 
   def __call__(self, raw: tf.Tensor, seed: tf.Tensor) -> dict[str, tf.Tensor]:
     t = self.t
@@ -150,7 +159,9 @@ class ExampleBuilder:
     n = tf.size(kln)
     ndocs = tf.reduce_sum(tf.cast(_first_true(kdoc), tf.int32))
 
-    if self.objective == PACKED:
+    if self.objective == PACKED and self.packing:
+      out = self._document_chunks(kt, kln, kdoc)
+    elif self.objective == PACKED:
       out = self._packed(kt, kln, kdoc, doc[-1])
     else:
       out = self._pairs(kt, kln, kdoc, n, seeds)
@@ -331,3 +342,27 @@ class ExampleBuilder:
     return self._assemble(stream, b_start, b_len, None, None,
                           tf.zeros([nb], tf.int32), final_sep=~ends_sep)
 
+  def _document_chunks(self, kt, kln, kdoc) -> dict[str, tf.Tensor]:
+    """[CLS] lines of one document [SEP], greedily as long as they fit
+    (every line fits: lines are cut to seq_length - 3 tokens)."""
+    cap = self.t - 2
+    n = tf.size(kln)
+    line_ids = tf.range(n)
+    new_doc = _first_true(kdoc)
+    didx = tf.cumsum(tf.cast(new_doc, tf.int32)) - 1
+    doc_last = tf.gather(tf.math.unsorted_segment_max(line_ids, didx, n), didx)
+    cum = tf.cumsum(kln)
+    fit = tf.searchsorted(cum, cum - kln + cap, side="right",
+                          out_type=tf.int32)
+    next_start = tf.minimum(fit, doc_last + 1)
+    starts = _chain_starts(next_start, new_doc, self.block_lines)
+    chunk = tf.cumsum(tf.cast(starts, tf.int32)) - 1
+    c = tf.reduce_sum(tf.cast(starts, tf.int32))
+    first = tf.math.unsorted_segment_min(line_ids, chunk, c)
+    last = tf.math.unsorted_segment_max(line_ids, chunk, c)
+    line_start = tf.cast(kt.row_starts(), tf.int32)
+    start = tf.gather(line_start, first)
+    length = tf.gather(line_start, last) + tf.gather(kln, last) - start
+    return self._assemble(kt.flat_values, start, length, None, None,
+                          tf.zeros([c], tf.int32),
+                          final_sep=tf.ones([c], tf.bool))

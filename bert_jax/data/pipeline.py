@@ -16,7 +16,9 @@ Flow per source (see ``data_sources``)::
     -> blocks of ``data.block_lines`` consecutive lines of one file
     -> examples.ExampleBuilder (one vectorized map per block)
     -> unbatch -> [shard by example when there are too few files]
-  -> mix sources by weight -> shuffle(examples) -> batch(per-host batch)
+  -> mix sources by weight -> shuffle(examples)
+  -> [data.packing: windows of examples -> packed rows (``packing``)]
+  -> batch(per-host batch)
   -> Masker (in graph, seeded by (seed, batch index): dynamic masking)
   -> prefetch
 
@@ -39,6 +41,7 @@ from bert_jax.data import examples
 from bert_jax.data import features
 from bert_jax.data import iterator as data_iterator
 from bert_jax.data import masking
+from bert_jax.data import packing
 from bert_jax.data import sources as data_sources
 from bert_jax.data import tokenizers
 
@@ -212,6 +215,33 @@ def example_dataset(config, tok, plan: data_sources.SourcePlan,
       stop_on_empty_dataset=epochs is not None)
 
 
+def packed_rows(ds: tf.data.Dataset, data, tok, seed: np.ndarray
+                ) -> tf.data.Dataset:
+  """Unbatched examples -> unbatched packed rows (features.PACKED_PRETRAINING
+  less the masking), window by window; stateless, so resumable."""
+  options = packing.PackingOptions.from_config(data)
+  t, s = int(data.seq_length), options.max_sequences
+  pad_id = 0 if tok.pad_id is None else int(tok.pad_id)
+  seed_t = tf.constant(seed)
+
+  def pack(i, ex):
+    rows = packing.pack_window(
+        {"input_ids": ex["input_ids"], "segment_ids": ex["segment_ids"]},
+        {"next_sentence_labels": ex["next_sentence_labels"]},
+        tf.reduce_sum(ex["input_mask"], axis=1), seq_length=t,
+        max_sequences=s, pad_values={"input_ids": pad_id},
+        seed=_fold(seed_t, i))
+    rows["next_sentence_weights"] = rows.pop(packing.SEQUENCE_WEIGHTS)
+    rows[examples.STATS_KEY] = packing.share_out(
+        tf.reduce_sum(ex[examples.STATS_KEY], axis=0),
+        tf.shape(rows["input_ids"])[0])
+    return rows
+
+  ds = ds.batch(options.window).enumerate()
+  return ds.map(_nc(pack), num_parallel_calls=AUTOTUNE,
+                deterministic=True).unbatch()
+
+
 def per_host_batch_size(config, process_count: int) -> int:
   b = int(config.train.batch_size)
   if b % process_count:
@@ -237,6 +267,8 @@ def make_dataset(config, tok, plan: data_sources.SourcePlan, *,
     ds = ds.shuffle(int(data.shuffle_buffer),
                     seed=int(_seed(config, mode, "shuffle", process_index)[0]),
                     reshuffle_each_iteration=True)
+  if data.get("packing", False):
+    ds = packed_rows(ds, data, tok, _seed(config, mode, "pack", process_index))
   ds = ds.batch(bsz, drop_remainder=True).enumerate()
   masker = _masker_for(data, tok)
   mask_seed = tf.constant(_seed(config, mode, "mask", process_index))
@@ -244,7 +276,7 @@ def make_dataset(config, tok, plan: data_sources.SourcePlan, *,
   def finish(i, ex):
     masked = masker(ex["input_ids"], _fold(mask_seed, i))  # ids, masked_lm_*
     out = {k: masked[k] if k in masked else ex[k]
-           for k in features.PRETRAINING_NAMES}
+           for k in features.pretraining_spec(data)}
     if keep_stats:
       out[examples.STATS_KEY] = tf.reduce_sum(ex[examples.STATS_KEY], axis=0)
     return out

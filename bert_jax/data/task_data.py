@@ -18,6 +18,14 @@ dimension equal to the batch's bucket length.
   is filled with rows of ``example_weights`` 0 and ``example_index`` -1;
   ``example_index`` is the row's position in :class:`task_sources.Rows`.
 
+Packed rows (``packing``, ``data.packing``): instead of buckets, windows of
+examples are bin-packed into rows of ``seq_length`` (``packing.pack_window``:
+several examples a row, attention inside each, the classifier at each
+example's [CLS]); ``batch_size`` counts rows, and labels, ``example_weights``
+and ``example_index`` are [S] per row (0 / 0 / -1 in an empty slot). Eval
+still covers every row exactly once: each example sits in one slot of one
+row, and the last batch is filled with empty rows.
+
 Multi-host: every process runs the same pipeline over the whole split and keeps
 its slice of each GLOBAL batch. Bucketing forces this: all processes must feed
 the same bucket length at the same step, which a per-process read of a share
@@ -34,6 +42,7 @@ import tensorflow as tf
 from bert_jax.data import feature_batches
 from bert_jax.data import features
 from bert_jax.data import iterator as data_iterator
+from bert_jax.data import packing as packing_lib
 from bert_jax.data import task_sources
 from bert_jax.data import tokenizers
 
@@ -45,8 +54,8 @@ _MAX_EPOCHS = 1 << 40
 _nc = tf.autograph.experimental.do_not_convert
 
 
-def feature_spec(spec: task_sources.TaskSpec) -> dict:
-  return features.REGRESSION if spec.regression else features.CLASSIFICATION
+def feature_spec(spec: task_sources.TaskSpec, packed: bool = False) -> dict:
+  return features.classification_spec(spec.regression, packed)
 
 
 def truncate_seq_pair(tokens_a: list, tokens_b: list, max_length: int) -> None:
@@ -184,6 +193,56 @@ def _finish(batch_size: int, pad_id: int, process_index: int,
   return fn
 
 
+def _packed(ds: tf.data.Dataset, seq_length: int, batch_size: int,
+            options: packing_lib.PackingOptions, pad_id: int, seed,
+            process_index: int, process_count: int) -> tf.data.Dataset:
+  """Examples -> batches of `batch_size` packed rows (the last one filled
+  with empty rows), this host's slice. `seed` None: rows in packing order
+  (eval), else a stateless order per window."""
+  if batch_size % process_count:
+    raise ValueError(f"batch_size={batch_size} is not divisible by the "
+                     f"process count {process_count}.")
+  label_dtype = ds.element_spec["labels"].dtype
+  shapes = {"input_ids": [seq_length], "input_mask": [seq_length],
+            "segment_ids": [seq_length], "labels": [], INDEX: []}
+  values = {"input_ids": tf.constant(pad_id, tf.int32),
+            "input_mask": tf.constant(0, tf.int32),
+            "segment_ids": tf.constant(0, tf.int32),
+            "labels": tf.zeros([], label_dtype),
+            INDEX: tf.constant(-1, tf.int32)}
+  windows = ds.padded_batch(options.window, padded_shapes=shapes,
+                            padding_values=values).enumerate()
+
+  def pack(i, w):
+    rows = packing_lib.pack_window(
+        {"input_ids": w["input_ids"], "segment_ids": w["segment_ids"]},
+        {"labels": w["labels"], INDEX: w[INDEX]},
+        tf.reduce_sum(w["input_mask"], axis=1), seq_length=seq_length,
+        max_sequences=options.max_sequences,
+        pad_values={"input_ids": pad_id, INDEX: -1},
+        seed=None if seed is None else
+        tf.random.experimental.stateless_fold_in(seed, i))
+    rows["example_weights"] = rows.pop(packing_lib.SEQUENCE_WEIGHTS)
+    return rows
+
+  rows = windows.map(_nc(pack), num_parallel_calls=tf.data.AUTOTUNE,
+                     deterministic=True).unbatch()
+  per_host = batch_size // process_count
+  lo = process_index * per_host
+  pads = {"input_ids": pad_id, INDEX: -1}
+
+  def fill(b):
+    extra = batch_size - tf.shape(b["input_ids"])[0]
+    out = {}
+    for k, v in b.items():
+      pad = [[0, extra]] + [[0, 0]] * (v.shape.rank - 1)
+      out[k] = tf.pad(v, pad, constant_values=tf.cast(pads.get(k, 0),
+                                                      v.dtype))
+    return {k: v[lo:lo + per_host] for k, v in out.items()}
+
+  return rows.batch(batch_size).map(_nc(fill))
+
+
 def _options(ds: tf.data.Dataset) -> tf.data.Dataset:
   options = tf.data.Options()
   options.deterministic = True
@@ -195,7 +254,9 @@ def train_dataset(rows: task_sources.Rows, tok: tokenizers.Tokenizer, *,
                   seq_length: int, batch_size: int, seed: int,
                   buckets: Sequence[int] = feature_batches.DEFAULT_BUCKETS,
                   process_index: int = 0, process_count: int = 1,
-                  with_index: bool = False) -> tf.data.Dataset:
+                  with_index: bool = False,
+                  packing: packing_lib.PackingOptions | None = None
+                  ) -> tf.data.Dataset:
   """Endless shuffled training batches of this host's share of ``batch_size``.
 
   Each epoch visits every row once in the order of a permutation drawn
@@ -216,27 +277,35 @@ def train_dataset(rows: task_sources.Rows, tok: tokenizers.Tokenizer, *,
 
   order = tf.data.Dataset.range(_MAX_EPOCHS).flat_map(_nc(epoch_order))
   return _batches(order, rows, tok, seq_length, batch_size, buckets,
-                  process_index, process_count, with_index)
+                  process_index, process_count, with_index, packing,
+                  tf.random.experimental.stateless_fold_in(root, -1))
 
 
 def eval_dataset(rows: task_sources.Rows, tok: tokenizers.Tokenizer, *,
                  seq_length: int, batch_size: int,
                  buckets: Sequence[int] = feature_batches.DEFAULT_BUCKETS,
-                 process_index: int = 0, process_count: int = 1
+                 process_index: int = 0, process_count: int = 1,
+                 packing: packing_lib.PackingOptions | None = None
                  ) -> tf.data.Dataset:
   """Every row once, deterministic order, with ``example_index``."""
   order = tf.data.Dataset.range(len(rows))
   return _batches(order, rows, tok, seq_length, batch_size, buckets,
-                  process_index, process_count, True)
+                  process_index, process_count, True, packing, None)
 
 
 def _batches(order, rows, tok, seq_length, batch_size, buckets, process_index,
-             process_count, with_index) -> tf.data.Dataset:
+             process_count, with_index, packing=None, seed=None
+             ) -> tf.data.Dataset:
   pad_id = 0 if tok.pad_id is None else int(tok.pad_id)
-  lengths = feature_batches.bucket_lengths(seq_length, buckets)
   ds = _examples(order, rows, tok, seq_length)
-  ds = _bucketed(ds, lengths, batch_size, pad_id)
-  ds = ds.map(_nc(_finish(batch_size, pad_id, process_index, process_count)))
+  if packing is not None:
+    ds = _packed(ds, seq_length, batch_size, packing, pad_id, seed,
+                 process_index, process_count)
+  else:
+    ds = _bucketed(ds, feature_batches.bucket_lengths(seq_length, buckets),
+                   batch_size, pad_id)
+    ds = ds.map(_nc(_finish(batch_size, pad_id, process_index,
+                            process_count)))
   if not with_index:
     ds = ds.map(_nc(lambda b: {k: v for k, v in b.items() if k != INDEX}))
   return _options(ds)
@@ -258,3 +327,14 @@ def eval_batches(rows: task_sources.Rows, tok: tokenizers.Tokenizer,
 
 def steps_per_epoch(num_rows: int, batch_size: int) -> int:
   return -(-num_rows // batch_size)
+
+
+def packed_rows_per_epoch(rows: task_sources.Rows, tok: tokenizers.Tokenizer,
+                          *, seq_length: int,
+                          packing: packing_lib.PackingOptions) -> int:
+  """How many packed rows one pass over `rows` fills (in reading order; a
+  shuffled epoch packs within a row or two of it): what an epoch of packed
+  training is, in rows."""
+  ds = _examples(tf.data.Dataset.range(len(rows)), rows, tok, seq_length)
+  ds = _packed(ds, seq_length, 1, packing, 0, None, 0, 1)
+  return int(ds.reduce(0, lambda n, _: n + 1))

@@ -93,6 +93,17 @@ def task_kind(config):
   return KINDS[kind]
 
 
+def check_packing(config, kind) -> None:
+  """data.packing is a sentence-task layout (one label per packed example,
+  read at its [CLS]); token and span windows are length-bucketed: one line
+  refuses them before anything is read or written."""
+  if config.data.get("packing", False) and kind is not sentence_tasks:
+    raise ValueError(
+        f"data.packing=True with task.kind={kind.KIND!r}: packed fine-tuning "
+        "rows hold sentence tasks only; token and span tasks batch their "
+        "windows by length buckets: set data.packing=False.")
+
+
 def read_task(config, label_dir: str):
   """(task, train rows, {eval split: rows}) of the config's task kind.
   Nothing is written; a resumed run's labels come from
@@ -171,7 +182,8 @@ class Evaluator:
         sums, out = trainer.predict(params, local, index)
         index += 1  # The eval rng of the batch (deterministic steps: unused).
         totals = {k: totals.get(k, 0.0) + float(v) for k, v in sums.items()}
-        collected.append((_global_rows(local[feature_batches.INDEX]), out))
+        collected.append(_slots(
+            _global_rows(local[feature_batches.INDEX]), out))
       scores = self.scorer.score(split, collected)
       self.scores[split] = scores
       prefix = "" if len(self.input.eval_splits) == 1 else f"{split}/"
@@ -182,6 +194,18 @@ class Evaluator:
     metrics["loss"] = (float(objective.loss(totals, totals, self.config))
                        if totals else 0.0)
     return metrics
+
+
+def _slots(index: np.ndarray, out: dict) -> tuple:
+  """(example_index, outputs) with one entry per example: packed rows
+  (data.packing: example_index [B, S], outputs [B, S, ...]) flattened to
+  [B*S] / [B*S, ...] slots (an empty slot's index is -1); padded rows as
+  they are."""
+  if index.ndim == 1:
+    return index, out
+  flat = {k: np.asarray(v).reshape((-1,) + np.shape(v)[2:])
+          for k, v in out.items()}
+  return index.reshape(-1), flat
 
 
 def _global_rows(local: np.ndarray) -> np.ndarray:
@@ -302,6 +326,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
     raise ValueError("train.init_from is empty: name the checkpoint to "
                      "fine-tune (a workdir, step dir, HF or TF checkpoint).")
   kind = task_kind(config)
+  check_packing(config, kind)
   source = pretrained.resolve(config.train.init_from,
                               config.train.init_from_step or None)
   tok_spec = pretrained.tokenizer_spec(source)
@@ -331,7 +356,9 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
     pretrained.record_tokenizer(workdir, tok)  # What an export ships with.
     logging.info("Task %s: %d train rows (%d %s), eval %s; %d steps of "
                  "batch %d.", task.name, len(train_rows), inputs.num_train,
-                 "features" if kind is not sentence_tasks else "examples",
+                 "features" if kind is not sentence_tasks else
+                 "packed rows" if config.data.get("packing", False) else
+                 "examples",
                  {k: len(v) for k, v in eval_rows.items()},
                  config.train.num_steps, config.train.batch_size)
     scorer = kind.Scorer(task, inputs, config)

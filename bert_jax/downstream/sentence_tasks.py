@@ -3,7 +3,8 @@
 
 Read by ``data/task_sources`` (GLUE from TFDS, the user's files with a
 saved ``label_map.json``), batched in graph by ``data/task_data``
-(``[CLS] A [SEP] B [SEP]``, length buckets), trained with the ``classify``
+(``[CLS] A [SEP] B [SEP]``, length buckets, or with ``data.packing``
+several examples a row, attention inside each), trained with the ``classify``
 objective and scored with the task's official metrics (``metrics``). Each
 eval split writes ``predictions/<split>/predictions.jsonl``: per example its
 row in the source, text(s), gold label, predicted label and the class
@@ -81,12 +82,19 @@ class Input:
 
   def __init__(self, config, tok, spec, train_rows, eval_rows: dict):
     del spec
+    from bert_jax.data import packing  # TensorFlow: only when training.
     from bert_jax.data import task_data  # TensorFlow: only when training.
     proc = dict(process_index=jax.process_index(),
                 process_count=jax.process_count())
+    options = packing.PackingOptions.from_config(config.data)
     shape = dict(seq_length=config.data.seq_length,
-                 buckets=tuple(config.task.buckets))
-    self.num_train = len(train_rows)
+                 buckets=tuple(config.task.buckets), packing=options)
+    # What train.batch_size counts in an epoch: examples, or with
+    # data.packing the packed rows they fill.
+    self.num_train = len(train_rows) if options is None else (
+        task_data.packed_rows_per_epoch(
+            train_rows, tok, seq_length=config.data.seq_length,
+            packing=options))
     self.data = dict(eval_rows)
     self.train_iter = task_data.create_train_iterator(
         train_rows, tok, batch_size=config.train.batch_size,
@@ -121,7 +129,8 @@ class Scorer:
     self.details: dict = {}  # {split: {"examples": rows scored}}
 
   def score(self, split: str, batches: list) -> dict:
-    """`batches`: [(row position [B] (-1: padding), {"logits": [B, C]})]."""
+    """`batches`: [(row position [B] (-1: padding), {"logits": [B, C]})]
+    (packed rows arrive flattened to one entry per slot)."""
     index = np.concatenate([np.asarray(i) for i, _ in batches] or [[]])
     index = index.astype(np.int64)
     outs = [np.asarray(o["logits"]) for _, o in batches]

@@ -1,9 +1,13 @@
 """Encoders and heads in Flax NNX, and their analytic FLOPs.
 
-  bert.py      BERT's embeddings, encoder blocks, attention kinds and heads
+  bert.py      BERT's embeddings, encoder blocks and heads
                (pretraining, masked LM, sequence classification)
   albert.py    ALBERT: factorized embeddings, blocks shared across layers
   electra.py   ELECTRA's generator and discriminator on shared embeddings
+  attention.py self-attention in every kind over padded or packed rows: the
+               mask API (make_mask, allowed, bias, attend) other encoder
+               families call
+  layers.py    dense, LayerNorm, activations, initializers, remat policies
   splash.py    the TPU splash-attention kernel behind attention_impl="splash"
   logical.py   activation sharding constraints by logical axis name
   flops.py     training FLOPs of an encoder and an MLM head, per token

@@ -49,18 +49,20 @@ class AlbertModel(nnx.Module):
     return i * len(self.groups) // self.num_layers
 
   def __call__(self, input_ids, input_mask, segment_ids, *,
-               deterministic=True, rngs=None):
-    """Returns (sequence_output [B,T,H], pooled_output [B,H])."""
+               deterministic=True, rngs=None, sequence_ids=None,
+               position_ids=None, cls_positions=None):
+    """Returns (sequence_output [B,T,H], pooled_output [B,H], or [B,S,H]
+    for packed rows, as model.BertModel)."""
     x = self.embeddings(input_ids, segment_ids, deterministic=deterministic,
-                        rngs=rngs)
+                        rngs=rngs, position_ids=position_ids)
     if self.embeddings_project is not None:
       x = self.embeddings_project(x)
-    mask_bias = attention_lib.attention_bias(input_mask)
+    mask = attention_lib.make_mask(input_mask, sequence_ids)
     for i in range(self.num_layers):
       for layer in self.groups[self.group_of_layer(i)].layers:
-        x = model_lib.apply_layer(layer, x, mask_bias, self.remat_policy,
+        x = model_lib.apply_layer(layer, x, mask, self.remat_policy,
                                   deterministic=deterministic, rngs=rngs)
-    return x, model_lib.pool(self.pooler, x)
+    return x, model_lib.pool(self.pooler, x, cls_positions=cls_positions)
 
 
 class AlbertForPreTraining(nnx.Module):
@@ -74,11 +76,15 @@ class AlbertForPreTraining(nnx.Module):
                                     ("embed", "classes"), rngs=rngs)
 
   def __call__(self, input_ids, input_mask, segment_ids,
-               masked_lm_positions=None, *, deterministic=True, rngs=None):
+               masked_lm_positions=None, *, deterministic=True, rngs=None,
+               sequence_ids=None, position_ids=None, cls_positions=None):
     """Returns dict(mlm_logits, nsp_logits, sequence_output, pooled_output)
     like BertForPreTraining (nsp_logits are the sentence-order logits)."""
     seq, pooled = self.albert(input_ids, input_mask, segment_ids,
-                              deterministic=deterministic, rngs=rngs)
+                              deterministic=deterministic, rngs=rngs,
+                              sequence_ids=sequence_ids,
+                              position_ids=position_ids,
+                              cls_positions=cls_positions)
     mlm_logits = self.mlm_head(
         model_lib.gather_positions(seq, masked_lm_positions),
         self.albert.embeddings.word_embeddings[...])

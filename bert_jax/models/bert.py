@@ -18,10 +18,10 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
+from bert_jax.models import attention as attention_lib
 from bert_jax.models import logical
 from bert_jax.models.attention import ATTENTION_IMPLS
 from bert_jax.models.attention import SelfAttention
-from bert_jax.models.attention import attention_bias
 from bert_jax.models.layers import ACTIVATIONS
 from bert_jax.models.layers import POOLER_ACTIVATIONS
 from bert_jax.models.layers import REMAT_POLICIES
@@ -49,6 +49,8 @@ class Embeddings(nnx.Module):
   them, so that two encoders of different widths can share one table
   (ELECTRA's generator and discriminator).
   With model.type_vocab_size 0 there is no segment table (DistilBERT).
+  Positions are 0..T-1, or `position_ids` [B, T] (packed rows restart them
+  at 0 in each sequence).
   """
 
   def __init__(self, config, *, rngs: nnx.Rngs):
@@ -64,14 +66,18 @@ class Embeddings(nnx.Module):
     self.dropout = nnx.Dropout(config.hidden_dropout_prob)
     self.dtype = compute_dtype(config)
 
-  def __call__(self, input_ids, segment_ids, *, deterministic, rngs):
+  def __call__(self, input_ids, segment_ids, *, deterministic, rngs,
+               position_ids=None):
     seq_len = input_ids.shape[-1]
     # Gather the fsdp-split embed dim first: a lookup in a table split on
     # its output dim makes XLA replicate the whole result ("involuntary full
     # rematerialization") to reach the batch-split activation layout.
     table = logical.constrain(self.word_embeddings[...], ("vocab", None))
     x = jnp.take(table, input_ids, axis=0)
-    x = x + self.position_embeddings[...][:seq_len][None]
+    if position_ids is None:
+      x = x + self.position_embeddings[...][:seq_len][None]
+    else:
+      x = x + jnp.take(self.position_embeddings[...], position_ids, axis=0)
     if self.token_type_embeddings is not None:
       types = logical.constrain(self.token_type_embeddings[...],
                                 ("type", None))
@@ -108,34 +114,43 @@ class Layer(nnx.Module):
     self.attention = SelfAttention(config, rngs=rngs)
     self.feed_forward = FeedForward(config, rngs=rngs)
 
-  def __call__(self, x, mask_bias, *, deterministic, rngs):
-    x = self.attention(x, mask_bias, deterministic=deterministic, rngs=rngs)
+  def __call__(self, x, mask, *, deterministic, rngs):
+    """x [B,T,H]; mask: an `attention.AttentionMask` (padded or packed)."""
+    x = self.attention(x, mask, deterministic=deterministic, rngs=rngs)
     x = self.feed_forward(x, deterministic=deterministic, rngs=rngs)
     return logical.constrain(x, ("activation_batch", "activation_length",
                                  "activation_embed"))
 
 
-def apply_layer(layer, x, mask_bias, policy: str, *, deterministic, rngs):
+def apply_layer(layer, x, mask, policy: str, *, deterministic, rngs):
   """One block, rematerialized per `model.remat_policy` ("none": stored)."""
   if policy == "none":
-    return layer(x, mask_bias, deterministic=deterministic, rngs=rngs)
+    return layer(x, mask, deterministic=deterministic, rngs=rngs)
   # Recompute the block in the backward pass (activation memory).
   return nnx.remat(
       lambda l, x, m, r: l(x, m, deterministic=deterministic, rngs=r),
-      policy=REMAT_POLICIES[policy])(layer, x, mask_bias, rngs)
+      policy=REMAT_POLICIES[policy])(layer, x, mask, rngs)
 
 
-def pool(pooler, x, act: str = "tanh"):
+def cls_states(x, cls_positions=None):
+  """[B,T,H] at each sequence's [CLS]: position 0 -> [B,H], or the packed
+  rows' `cls_positions` [B,S] -> [B,S,H]."""
+  if cls_positions is None:
+    return x[:, 0]
+  return jnp.take_along_axis(x, cls_positions[..., None], axis=1)
+
+
+def pool(pooler, x, act: str = "tanh", cls_positions=None):
   """Dense + activation (``model.pooler_act``; BERT's tanh) on the [CLS]
-  position, in float32."""
-  return POOLER_ACTIVATIONS[act](pooler(x[:, 0]).astype(jnp.float32))
+  position(s), in float32 ([B,H] or [B,S,H])."""
+  return POOLER_ACTIVATIONS[act](
+      pooler(cls_states(x, cls_positions)).astype(jnp.float32))
 
 
-def run_layers(layers, x, mask_bias, remat_policy: str, *, deterministic,
-               rngs):
+def run_layers(layers, x, mask, remat_policy: str, *, deterministic, rngs):
   """The transformer stack, each block optionally rematerialized."""
   for layer in layers:
-    x = apply_layer(layer, x, mask_bias, remat_policy,
+    x = apply_layer(layer, x, mask, remat_policy,
                     deterministic=deterministic, rngs=rngs)
   return x
 
@@ -177,10 +192,12 @@ class Encoder(nnx.Module):
         [Layer(config, rngs=rngs) for _ in range(config.num_hidden_layers)])
     self.remat_policy = config.remat_policy
 
-  def __call__(self, x, input_mask, *, deterministic=True, rngs=None):
+  def __call__(self, x, input_mask, *, deterministic=True, rngs=None,
+               sequence_ids=None):
     if self.embeddings_project is not None:
       x = self.embeddings_project(x)
-    return run_layers(self.layers, x, attention_bias(input_mask),
+    return run_layers(self.layers, x,
+                      attention_lib.make_mask(input_mask, sequence_ids),
                       self.remat_policy, deterministic=deterministic,
                       rngs=rngs)
 
@@ -215,17 +232,24 @@ class BertModel(nnx.Module):
     self.pooler_act = config.pooler_act
 
   def __call__(self, input_ids, input_mask, segment_ids, *,
-               deterministic=True, rngs=None):
-    """Returns (sequence_output [B,T,d], pooled_output [B,d] or None)."""
+               deterministic=True, rngs=None, sequence_ids=None,
+               position_ids=None, cls_positions=None):
+    """Returns (sequence_output [B,T,d], pooled_output or None).
+
+    Packed rows pass `sequence_ids` and `position_ids` [B,T] (attention
+    stays inside each sequence) and `cls_positions` [B,S] (the pooled output
+    is then [B,S,d], one per packed sequence); padded rows pass none.
+    """
     x = self.embeddings(input_ids, segment_ids, deterministic=deterministic,
-                        rngs=rngs)
+                        rngs=rngs, position_ids=position_ids)
     if self.embeddings_project is not None:
       x = self.embeddings_project(x)
-    x = run_layers(self.layers, x, attention_bias(input_mask),
+    x = run_layers(self.layers, x,
+                   attention_lib.make_mask(input_mask, sequence_ids),
                    self.remat_policy, deterministic=deterministic, rngs=rngs)
     if self.pooler is None:
       return x, None
-    return x, pool(self.pooler, x, self.pooler_act)
+    return x, pool(self.pooler, x, self.pooler_act, cls_positions)
 
   def hidden_states(self, input_ids, input_mask, segment_ids,
                     num_layers: int | None = None) -> list:
@@ -239,10 +263,10 @@ class BertModel(nnx.Module):
     x = self.embeddings(input_ids, segment_ids, deterministic=True, rngs=None)
     if self.embeddings_project is not None:
       x = self.embeddings_project(x)
-    mask_bias = attention_bias(input_mask)
+    mask = attention_lib.padding_mask(input_mask)
     states = [x]
     for layer in list(self.layers)[:n]:
-      x = layer(x, mask_bias, deterministic=True, rngs=None)
+      x = layer(x, mask, deterministic=True, rngs=None)
       states.append(x)
     return states
 
@@ -282,14 +306,19 @@ class BertForPreTraining(nnx.Module):
                           rngs=rngs)
 
   def __call__(self, input_ids, input_mask, segment_ids,
-               masked_lm_positions=None, *, deterministic=True, rngs=None):
+               masked_lm_positions=None, *, deterministic=True, rngs=None,
+               sequence_ids=None, position_ids=None, cls_positions=None):
     """Returns dict(mlm_logits, nsp_logits, sequence_output, pooled_output).
 
     With `masked_lm_positions` [B,P], MLM logits are computed only at those
-    positions ([B,P,V]); without, at every position ([B,T,V]).
+    positions ([B,P,V]); without, at every position ([B,T,V]). Packed rows
+    (see BertModel) get nsp_logits [B,S,2], one per packed pair.
     """
     seq, pooled = self.bert(input_ids, input_mask, segment_ids,
-                            deterministic=deterministic, rngs=rngs)
+                            deterministic=deterministic, rngs=rngs,
+                            sequence_ids=sequence_ids,
+                            position_ids=position_ids,
+                            cls_positions=cls_positions)
     if masked_lm_positions is not None:
       seq_for_mlm = jnp.take_along_axis(seq, masked_lm_positions[..., None],
                                         axis=1)
@@ -320,10 +349,12 @@ class BertForMaskedLM(nnx.Module):
     self.mlm_head = MaskedLMHead(config, rngs=rngs)
 
   def __call__(self, input_ids, input_mask, segment_ids,
-               masked_lm_positions=None, *, deterministic=True, rngs=None):
+               masked_lm_positions=None, *, deterministic=True, rngs=None,
+               sequence_ids=None, position_ids=None):
     """Returns dict(mlm_logits, sequence_output), as BertForPreTraining."""
     seq, _ = self.bert(input_ids, input_mask, segment_ids,
-                       deterministic=deterministic, rngs=rngs)
+                       deterministic=deterministic, rngs=rngs,
+                       sequence_ids=sequence_ids, position_ids=position_ids)
     mlm_logits = self.mlm_head(gather_positions(seq, masked_lm_positions),
                                self.bert.embeddings.word_embeddings[...])
     return dict(mlm_logits=mlm_logits, sequence_output=seq)
@@ -343,10 +374,15 @@ class BertForSequenceClassification(nnx.Module):
                             ("embed", "classes"), rngs=rngs)
 
   def __call__(self, input_ids, input_mask, segment_ids, *,
-               deterministic=True, rngs=None):
-    """Returns logits [B, num_labels] in float32."""
+               deterministic=True, rngs=None, sequence_ids=None,
+               position_ids=None, cls_positions=None):
+    """Returns logits [B, num_labels] in float32 ([B, S, num_labels] for
+    packed rows: one per example, at its `cls_positions`)."""
     _, pooled = self.bert(input_ids, input_mask, segment_ids,
-                          deterministic=deterministic, rngs=rngs)
+                          deterministic=deterministic, rngs=rngs,
+                          sequence_ids=sequence_ids,
+                          position_ids=position_ids,
+                          cls_positions=cls_positions)
     pooled = self.dropout(pooled, deterministic=deterministic, rngs=rngs)
     return (pooled @ self.classifier.kernel[...]
             + self.classifier.bias[...]).astype(jnp.float32)

@@ -12,9 +12,12 @@ without bias (``norm_bias=False``); rotary positions with theta
 model.global_rope_theta on the global layers (0, n, 2n, ...) and
 model.local_rope_theta on the sliding-window ones (``rope_attention.py``).
 No position or segment tables: ``segment_ids`` is accepted and ignored, so
-the objectives' and tools' calls read like BERT's. Packed rows pass
-``position_ids`` and ``sequence_ids`` (0 = padding); by default positions
-count from 0 and the input mask is the sequence id.
+the objectives' and tools' calls read like BERT's. Packed rows
+(``data.packing``) pass ``position_ids`` and ``sequence_ids`` (0 = padding):
+RoPE reads the positions, restarting per document, and the attention mask
+(``attention.make_mask``, built once a forward pass) keeps each document to
+itself, combined with the sliding window on the local layers; by default
+positions count from 0 and the mask is the padding's.
 
 Initialization as HF's ``_init_weights``: truncated normals (cut at 2 std)
 of std initializer_range for embeddings, Wqkv and Wi, and
@@ -29,6 +32,7 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
+from bert_jax.models import attention as attention_lib
 from bert_jax.models import logical
 from bert_jax.models import rope_attention
 from bert_jax.models.bert import gather_positions
@@ -113,10 +117,10 @@ class Layer(nnx.Module):
     self.mlp = GeGLU(config, rngs=rngs)
 
   def __call__(self, x, context, *, deterministic, rngs):
-    """`context`: (positions, sequence_ids) [B, T] each."""
-    positions, sequence_ids = context
+    """`context`: (positions [B, T], attention.AttentionMask)."""
+    positions, mask = context
     h = x if self.attn_norm is None else self.attn_norm(x)
-    x = x + self.attn(h, positions, sequence_ids,
+    x = x + self.attn(h, positions, mask,
                       deterministic=deterministic, rngs=rngs)
     x = x + self.mlp(self.mlp_norm(x), deterministic=deterministic,
                      rngs=rngs)
@@ -124,12 +128,13 @@ class Layer(nnx.Module):
 
 
 def _context(input_ids, input_mask, position_ids, sequence_ids):
+  """(positions [B, T], attention mask): packed rows' own position ids and
+  sequence ids (``attention.make_mask``), else 0..T-1 and the padding."""
   if position_ids is None:
     position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[-1]),
                                     input_ids.shape)
-  if sequence_ids is None:
-    sequence_ids = (input_mask > 0).astype(jnp.int32)
-  return position_ids.astype(jnp.int32), sequence_ids.astype(jnp.int32)
+  return (position_ids.astype(jnp.int32),
+          attention_lib.make_mask(input_mask, sequence_ids))
 
 
 class ModernBertModel(nnx.Module):
@@ -218,10 +223,13 @@ class ModernBertForMaskedLM(nnx.Module):
 
   def __call__(self, input_ids, input_mask, segment_ids=None,
                masked_lm_positions=None, *, position_ids=None,
-               sequence_ids=None, deterministic=True, rngs=None):
+               sequence_ids=None, cls_positions=None, deterministic=True,
+               rngs=None):
     """Returns dict(mlm_logits, sequence_output); logits at the
     `masked_lm_positions` [B, P] only (HF's sparse prediction), else at
-    every position."""
+    every position. Packed rows' `cls_positions` are not read (no
+    sentence-pair head)."""
+    del cls_positions
     seq = self.model(input_ids, input_mask, position_ids=position_ids,
                      sequence_ids=sequence_ids, deterministic=deterministic,
                      rngs=rngs)

@@ -1,10 +1,15 @@
-"""Splash attention (TPU Pallas flash kernel) under BERT's padding mask
-(and ModernBERT's segments and sliding window).
+"""Splash attention (TPU Pallas flash kernel) under BERT's padding mask,
+packed rows, and ModernBERT's segments and sliding window.
 
 `model.attention_impl="splash"` routes SelfAttention here. The kernel
 (`jax.experimental.pallas.ops.tpu.splash_attention`) takes one example's
-[heads, T, head_dim] and a static mask; BERT's dynamic padding mask is
-expressed with its segment ids (a query attends a key iff their ids match):
+[heads, T, head_dim] and a static mask (full, or a `LocalMask` for a
+window); the dynamic masks are expressed with its segment ids (a query
+attends a key iff their ids match).
+
+Packed rows (`sequence_ids`): the query and key ids are the sequence ids
+themselves (0 = padding attends padding), so no query is ever without a key
+and nothing else is needed. Padded rows:
 
 * every query gets id 1; a key gets id 1 if it is a real token, 0 if padding.
   So every query, real or padded, attends exactly the real keys: the same
@@ -19,9 +24,10 @@ there), but matching XLA everywhere makes the two paths interchangeable and
 lets the test compare every position. No attention dropout (the kernel has
 none). Sequence length must be a multiple of 128 (the kernel's lane width).
 
-`segment_attention` serves ModernBERT (``models/rope_attention.py``):
-queries and keys carry the same segment ids (padding its own segment, so no
-row is empty) and sliding-window layers use a LocalMask band.
+A window (ModernBERT's sliding-window layers, ``attention.attend(...,
+window=(left, right))``) is the kernel's static LocalMask band; with a window
+a padded row's padding attends padding (its ids are the key ids), so that no
+query's window is empty.
 
 Under a mesh (`sharding.logical_context`) the kernel runs inside
 `jax.shard_map`: batch split as "activation_batch", heads as
@@ -62,30 +68,26 @@ def _block(seq_length: int) -> int:
   return next(b for b in (512, 256, LANES) if seq_length % b == 0)
 
 
-def _kernel(num_heads: int, seq_length: int, interpret: bool,
-            half_window: int | None = None):
-  """The kernel over full attention, or with `half_window` a band: query i
-  sees keys j with |i - j| <= half_window (a sliding-window layer)."""
+def _kernel(num_heads: int, seq_length: int, interpret: bool, window=None):
+  """The kernel over full attention, or with `window` (left, right) a band:
+  query i sees keys j with i - left <= j <= i + right."""
   b = _block(seq_length)
   blocks = sa.BlockSizes(block_q=b, block_kv=b, block_kv_compute=b,
                          block_q_dkv=b, block_kv_dkv=b,
                          block_kv_dkv_compute=b, block_q_dq=b, block_kv_dq=b)
   shape = (seq_length, seq_length)
-  one = (sa.FullMask(shape) if half_window is None else
-         sa.LocalMask(shape, (half_window, half_window), offset=0))
-  mask = sa.MultiHeadMask([one] * num_heads)
+  head = (sa.FullMask(shape) if window is None else
+          sa.LocalMask(shape, window_size=tuple(window), offset=0))
+  mask = sa.MultiHeadMask([head] * num_heads)
   return sa.make_splash_mha_single_device(mask, block_sizes=blocks,
                                           interpret=interpret)
 
 
-def _local_attention(q, k, v, kv_ids, *, interpret, q_ids=None,
-                     half_window=None):
-  """q, k, v [B, T, H, D] (q scaled), kv_ids [B, T] int32 -> [B, T, H, D].
-  Queries have id 1 unless `q_ids` [B, T] gives theirs."""
-  b, t, h, _ = q.shape
-  kernel = _kernel(h, t, interpret, half_window)
-  if q_ids is None:
-    q_ids = jnp.ones((b, t), jnp.int32)
+def _local_attention(q, k, v, q_ids, kv_ids, *, interpret, window):
+  """q, k, v [B, T, H, D] (q scaled), q_ids / kv_ids [B, T] int32 ->
+  [B, T, H, D]."""
+  _, t, h, _ = q.shape
+  kernel = _kernel(h, t, interpret, window)
 
   def one(q, k, v, q_ids, kv_ids):  # [H, T, D] each.
     return kernel(q, k, v, segment_ids=sa.SegmentIds(q=q_ids, kv=kv_ids))
@@ -120,12 +122,17 @@ def _sharded(fn, num_id_args: int):
                        out_specs=qkv_spec, check_vma=False)
 
 
-def attention(q, k, v, input_mask, *, interpret: bool = False) -> jax.Array:
-  """Softmax attention of q, k, v [B, T, H, D] over the real keys.
+def attention(q, k, v, input_mask, *, sequence_ids=None, window=None,
+              interpret: bool = False) -> jax.Array:
+  """Softmax attention of q, k, v [B, T, H, D] over the keys each query may
+  attend.
 
   Args:
     q, k, v: projections in the compute dtype (q not yet scaled).
-    input_mask: [B, T], nonzero at real tokens.
+    input_mask: [B, T], nonzero at real tokens (read when `sequence_ids` is
+      None: padded rows).
+    sequence_ids: [B, T] packed sequence ids (0 = padding), or None.
+    window: (left, right) local attention, or None.
     interpret: run the Pallas interpreter (tests on CPU; slow).
 
   Returns:
@@ -134,33 +141,22 @@ def attention(q, k, v, input_mask, *, interpret: bool = False) -> jax.Array:
   _check_platform(interpret)
   check_seq_length(q.shape[1])
   q = q * jnp.asarray(q.shape[-1] ** -0.5, q.dtype)
-  real = input_mask > 0
-  has_tokens = jnp.any(real, axis=-1)  # [B]
-  kv_ids = jnp.where(has_tokens[:, None], real, True).astype(jnp.int32)
+  if sequence_ids is not None:
+    q_ids = kv_ids = jnp.asarray(sequence_ids).astype(jnp.int32)
+    has_tokens = None
+  else:
+    real = input_mask > 0
+    has_tokens = jnp.any(real, axis=-1)  # [B]
+    kv_ids = jnp.where(has_tokens[:, None], real, True).astype(jnp.int32)
+    q_ids = jnp.ones_like(kv_ids)
 
-  fn = _sharded(lambda q, k, v, ids: _local_attention(q, k, v, ids,
-                                                      interpret=interpret), 1)
-  out = fn(q, k, v, kv_ids)
+  fn = _sharded(lambda q, k, v, q_ids, kv_ids: _local_attention(
+      q, k, v, q_ids, kv_ids, interpret=interpret, window=window), 2)
+  out = fn(q, k, v, q_ids, kv_ids)
+  if has_tokens is None:
+    return out.astype(q.dtype)
   # A fully padded example: uniform weights over all keys, as in XLA.
   uniform = jnp.mean(v.astype(jnp.float32), axis=1, keepdims=True)
   return jnp.where(has_tokens[:, None, None, None], out,
                    uniform.astype(out.dtype)).astype(q.dtype)
 
-
-def segment_attention(q, k, v, segment_ids, *, half_window: int | None = None,
-                      interpret: bool = False) -> jax.Array:
-  """Softmax attention of q, k, v [B, T, H, D] within segments.
-
-  A query sees the keys of its own segment id ([B, T] ints; padding is a
-  segment of its own, so no row is ever empty), and with `half_window`
-  only those at most that many tokens away (LocalMask): the visibility of
-  ``models.rope_attention``, equal to its XLA paths at every position.
-  """
-  _check_platform(interpret)
-  check_seq_length(q.shape[1])
-  q = q * jnp.asarray(q.shape[-1] ** -0.5, q.dtype)
-  ids = segment_ids.astype(jnp.int32)
-  fn = _sharded(lambda q, k, v, q_ids, kv_ids: _local_attention(
-      q, k, v, kv_ids, interpret=interpret, q_ids=q_ids,
-      half_window=half_window), 2)
-  return fn(q, k, v, ids, ids).astype(q.dtype)

@@ -76,10 +76,9 @@ class Objective:
   # model at the top, the family whose table names this objective
   # (hf.mapping.for_objective) with config.model and all params.
   hf_export: Callable[..., Any] | None = None
-  # Optional analytic training FLOPs (forward + backward) of ONE sequence:
-  # (config) -> float. None: BERT's, the model of config.model with MLM
-  # logits at max_predictions_per_seq positions (flops.bert_flops_per_sequence).
-  # flops.train_flops_per_step multiplies by the global batch.
+  # Optional analytic training FLOPs (forward + backward) of a step's work:
+  # (config, models.flops.Work) -> float. None: BERT's, the model of
+  # config.model with MLM logits at the predicted positions (flops.bert_flops).
   flops: Callable[..., float] | None = None
   # Optional config checks of this objective's job, run by
   # config_checks.validate (also per phase) before anything is written:
@@ -88,6 +87,9 @@ class Objective:
   # objectives: the pretraining pipeline's, `data.checks.check_pretraining`;
   # tasks: the sequence shape, `data.checks.check_sequence`, and theirs).
   validate: Callable[..., None] | None = None
+  # Whether the objective reads packed rows (data.packing: sequence_ids,
+  # position_ids, one [CLS] per packed example; features.PACKING).
+  packing: bool = False
   # Optional start of fine-tuning from this family's runs (finetune.py):
   # the BertModel that the classifier wraps. (run config) -> its model
   # config; None: config.model.
@@ -162,12 +164,14 @@ def safe_div(total, count):
   return total / max(count, 1.0)
 
 
-def train_flops_per_step(config) -> float:
-  """Model FLOPs of one optimizer step of `config` (global batch): the
-  objective's own count (``Objective.flops``) or BERT's
-  (``models.flops.bert_flops_per_sequence``)."""
-  per_sequence = for_config(config).flops or flops_lib.bert_flops_per_sequence
-  return config.train.batch_size * per_sequence(config)
+def train_flops_per_step(config, work: flops_lib.Work | None = None) -> float:
+  """Model FLOPs of one optimizer step of `config`: the objective's own count
+  (``Objective.flops``) or BERT's (``models.flops.bert_flops``), on `work`
+  (None: full rows of the global batch, ``flops.full_rows``)."""
+  if work is None:
+    work = flops_lib.full_rows(config.train.batch_size, config.data.seq_length,
+                               config.data.max_predictions_per_seq)
+  return (for_config(config).flops or flops_lib.bert_flops)(config, work)
 
 
 # ------------------------------------------------------------------------------

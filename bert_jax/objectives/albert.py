@@ -76,5 +76,5 @@ OBJECTIVE = Objective(
     # Layer sharing saves parameters, not FLOPs; BERT's count with E != H
     # adds the projection and the H -> E MLM transform (the SOP head is
     # negligible).
-    flops=flops_lib.bert_flops_per_sequence, validate=validate,
-    encoder_params=encoder_params)
+    flops=flops_lib.bert_flops, validate=validate,
+    encoder_params=encoder_params, packing=True)

@@ -4,6 +4,12 @@ The sentence-pair head is trained when ``data.nsp`` is set (NSP for BERT,
 sentence order for ALBERT-style SOP data); RoBERTa-style packed batches
 (``data.nsp=False``) train MLM alone. MLM logits are computed only at the
 ``max_predictions_per_seq`` masked positions.
+
+Packed batches (``data.packing``) carry ``sequence_ids`` / ``position_ids``
+(attention inside each packed example) and one pair label per packed pair
+with its weight; the pair head reads each pair's own [CLS]
+(``cls_positions``). The loss is the same sums over the same examples:
+a packed batch gives the loss of its examples unpacked.
 """
 
 from __future__ import annotations
@@ -24,8 +30,7 @@ def make_model(config, rngs):
 
 
 def feature_spec(config):
-  del config
-  return features.PRETRAINING
+  return features.pretraining_spec(config.data)
 
 
 def mlm_sums(mlm_logits, batch) -> dict:
@@ -39,37 +44,44 @@ def mlm_sums(mlm_logits, batch) -> dict:
               mlm_weight=jnp.sum(w))
 
 
-def pair_sums(nsp_logits, labels) -> dict:
-  """Sums of the sentence-pair (NSP / SOP) loss and hits."""
+def pair_weights(batch):
+  """1 per sentence pair ([B], or [B,S] packed with 0 in empty slots)."""
+  if "next_sentence_weights" in batch:
+    return batch["next_sentence_weights"].astype(jnp.float32)
+  return jnp.ones(batch["next_sentence_labels"].shape, jnp.float32)
+
+
+def pair_sums(nsp_logits, labels, weights=None) -> dict:
+  """Sums of the sentence-pair (NSP / SOP) loss and hits over weighted
+  pairs: logits [..., 2], labels and weights [...] ([B] or packed [B,S])."""
   logits = nsp_logits.astype(jnp.float32)
-  nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None],
-                             axis=-1)[:, 0]
-  return dict(nsp_loss=jnp.sum(nll),
-              nsp_correct=jnp.sum(jnp.argmax(logits, -1) == labels).astype(
-                  jnp.float32),
-              nsp_count=jnp.asarray(labels.shape[0], jnp.float32))
+  w = (jnp.ones(labels.shape, jnp.float32) if weights is None else weights)
+  nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), labels[..., None],
+                             axis=-1)[..., 0]
+  hits = (jnp.argmax(logits, -1) == labels).astype(jnp.float32)
+  return dict(nsp_loss=jnp.sum(nll * w), nsp_correct=jnp.sum(hits * w),
+              nsp_count=jnp.sum(w))
 
 
 def forward(model, batch, rng, deterministic: bool):
   rngs = None if deterministic else nnx.Rngs(dropout=rng)
   return model(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
                batch["masked_lm_positions"], deterministic=deterministic,
-               rngs=rngs)
+               rngs=rngs, **features.packed_inputs(batch))
 
 
 def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
   del config
   outputs = forward(model, batch, rng, deterministic)
   return {**mlm_sums(outputs["mlm_logits"], batch),
-          **pair_sums(outputs["nsp_logits"], batch["next_sentence_labels"])}
+          **pair_sums(outputs["nsp_logits"], batch["next_sentence_labels"],
+                      pair_weights(batch))}
 
 
 def counts(batch, config) -> dict:
   del config
-  return dict(
-      mlm_weight=jnp.sum(batch["masked_lm_weights"]),
-      nsp_count=jnp.asarray(batch["next_sentence_labels"].shape[0],
-                            jnp.float32))
+  return dict(mlm_weight=jnp.sum(batch["masked_lm_weights"]),
+              nsp_count=jnp.sum(pair_weights(batch)))
 
 
 def loss(sums, counts_, config):
@@ -94,4 +106,4 @@ OBJECTIVE = Objective(
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
     log_keys=(("loss", "loss"), ("mlm_acc", "mlm_accuracy"),
               ("nsp_acc", "nsp_accuracy")),
-    validate=data_checks.check_pretraining)
+    validate=data_checks.check_pretraining, packing=True)

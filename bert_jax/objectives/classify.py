@@ -3,6 +3,8 @@
 Rows with ``example_weights`` 0 pad the last eval batch of a bucket; they
 carry no loss and no metric weight, so nothing is dropped or double-counted.
 ``model.num_labels`` = 1 selects regression (STS-B), as in Hugging Face.
+Packed rows (``data.packing``) hold several examples each: the classifier
+reads each example's [CLS] and labels / weights are [B, S], 0 in empty slots.
 The evaluator scores every example from ``predict`` (the logits) and reports
 the loss of ``loss_sums``, both from the trainer's predict step. The head is
 the pooler on [CLS] (``model.pooler_act``: the activation of the encoder
@@ -34,32 +36,35 @@ def make_model(config, rngs):
 
 
 def feature_spec(config):
-  return features.REGRESSION if is_regression(config) else (
-      features.CLASSIFICATION)
+  return features.classification_spec(is_regression(config),
+                                      bool(config.data.get("packing", False)))
 
 
 def logits(model, batch, rng, deterministic: bool):
+  """[B, num_labels], or [B, S, num_labels] for packed rows."""
   rngs = None if deterministic else nnx.Rngs(dropout=rng)
   return model(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
-               deterministic=deterministic, rngs=rngs)
+               deterministic=deterministic, rngs=rngs,
+               **features.packed_inputs(batch))
 
 
 def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
   out = logits(model, batch, rng, deterministic)
   w = batch["example_weights"]
   if is_regression(config):
-    err = out[:, 0] - batch["labels"].astype(jnp.float32)
+    err = out[..., 0] - batch["labels"].astype(jnp.float32)
     return dict(loss=jnp.sum(w * err * err), examples=jnp.sum(w),
                 correct=jnp.zeros((), jnp.float32))
   labels = batch["labels"]
-  nll = -jnp.take_along_axis(jax.nn.log_softmax(out), labels[:, None],
-                             axis=-1)[:, 0]
+  nll = -jnp.take_along_axis(jax.nn.log_softmax(out), labels[..., None],
+                             axis=-1)[..., 0]
   return dict(loss=jnp.sum(w * nll), examples=jnp.sum(w),
               correct=jnp.sum(w * (jnp.argmax(out, -1) == labels)))
 
 
 def predict(model, batch, config) -> dict:
-  """Per-example logits [B, num_labels] (regression: [B, 1]), no dropout."""
+  """Per-example logits [B, num_labels] (regression: [B, 1]; packed rows
+  [B, S, ...], one per slot), no dropout."""
   del config
   return dict(logits=logits(model, batch, None, True))
 
@@ -114,4 +119,4 @@ OBJECTIVE = Objective(
     name="classify", make_model=make_model, feature_spec=feature_spec,
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
     log_keys=(("loss", "loss"),), predict=predict, validate=validate,
-    hf_export=hf_export)
+    hf_export=hf_export, packing=True)

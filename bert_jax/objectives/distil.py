@@ -221,15 +221,14 @@ def check_teacher(config) -> None:
       " (the teacher's architecture, which the student's derives from)"))
 
 
-def flops_per_sequence(config) -> float:
-  """The student's training (encoder on every token, MLM head at the P
-  masked positions) plus the frozen teacher's forward pass only: its encoder
-  on every token and its MLM logits at the same P positions (the soft
-  targets). The teacher's own pretraining is not counted."""
-  t, p = config.data.seq_length, config.data.max_predictions_per_seq
-  student = flops_lib.train_flops_per_sequence(student_config(config), t, p)
-  teacher = flops_lib.train_flops_per_sequence(config.model, t, p)
-  return student + flops_lib.forward_flops(teacher)
+def flops(config, work) -> float:
+  """The student's training (encoder on every token, MLM head at the masked
+  positions) plus the frozen teacher's forward pass only: its encoder on
+  every token and its MLM logits at the same positions (the soft targets).
+  The teacher's own pretraining is not counted."""
+  return (flops_lib.masked_lm_flops(student_config(config), work)
+          + flops_lib.forward_flops(flops_lib.masked_lm_flops(config.model,
+                                                              work)))
 
 
 def encoder_config(config):
@@ -267,5 +266,5 @@ OBJECTIVE = Objective(
               ("ce", "distill_ce"), ("kl", "teacher_kl"), ("cos", "cos_loss")),
     make_frozen=make_teacher, warm_start=warm_start,
     param_sources=param_sources, hf_export=hf_export,
-    flops=flops_per_sequence, validate=validate,
+    flops=flops, validate=validate,
     encoder_config=encoder_config, encoder_params=encoder_params)

@@ -160,18 +160,16 @@ def metrics(sums, counts_, config) -> dict:
   )
 
 
-def flops_per_sequence(config) -> float:
+def flops(config, work) -> float:
   """Both networks: the generator's encoder on every token plus its MLM head
-  at the P masked positions, and the discriminator's encoder plus its
+  at the masked positions, and the discriminator's encoder plus its
   per-token head (dense d -> d -> 1) on every token."""
-  t, p = config.data.seq_length, config.data.max_predictions_per_seq
   gen = electra_model.generator_config(config)
-  disc = config.model
-  d = disc.hidden_size
-  return (t * flops_lib.encoder_flops_per_token(gen, t)
-          + p * flops_lib.mlm_head_flops_per_position(gen)
-          + t * (flops_lib.encoder_flops_per_token(disc, t)
-                 + 6.0 * (d * d + d)))
+  d = config.model.hidden_size
+  return (flops_lib.encoder_flops(gen, work)
+          + work.predictions * flops_lib.mlm_head_flops_per_position(gen)
+          + flops_lib.encoder_flops(config.model, work)
+          + work.tokens * 6.0 * (d * d + d))
 
 
 def encoder_config(config):
@@ -221,5 +219,5 @@ OBJECTIVE = Objective(
               ("disc_acc", "disc_accuracy"), ("disc_prec", "disc_precision"),
               ("disc_rec", "disc_recall"), ("replaced", "replaced_share")),
     validate=validate, hf_export=hf_export,
-    flops=flops_per_sequence, encoder_config=encoder_config,
+    flops=flops, encoder_config=encoder_config,
     encoder_params=encoder_params)

@@ -77,16 +77,17 @@ def make_model(config, rngs):
 
 
 def feature_spec(config):
-  del config
-  return features.PRETRAINING
+  return features.pretraining_spec(config.data)
 
 
 def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
+  """Packed rows (data.packing) add their sequence and position ids: each
+  document attends only to itself, RoPE positions restart per document."""
   del config
   rngs = None if deterministic else nnx.Rngs(dropout=rng)
   out = model(batch["input_ids"], batch["input_mask"], None,
               batch["masked_lm_positions"], deterministic=deterministic,
-              rngs=rngs)
+              rngs=rngs, **features.packed_inputs(batch))
   return bert.mlm_sums(out["mlm_logits"], batch)
 
 
@@ -127,6 +128,6 @@ OBJECTIVE = Objective(
     log_keys=(("loss", "loss"), ("mlm_acc", "mlm_accuracy")),
     # Exported by the default path: table "modernbert" (its objectives),
     # the model config of the checkpoint's phase (pretrained.py).
-    flops=flops_lib.modernbert_flops_per_sequence,
+    flops=flops_lib.modernbert_flops,
     validate=validate, finetune_objective="modernbert_classify",
-    finetune_params=finetune_params)
+    finetune_params=finetune_params, packing=True)

@@ -85,10 +85,11 @@ def metrics(sums, counts_, config) -> dict:
                                      counts_["examples"]))
 
 
-def flops(config) -> float:
-  """The encoder on every token plus the start / end head (6 d 2)."""
-  t, m = config.data.seq_length, config.model
-  return t * (flops_lib.encoder_flops_per_token(m, t) + 12.0 * m.hidden_size)
+def flops(config, work: flops_lib.Work) -> float:
+  """The encoder on `work` plus the start / end head on each of its tokens
+  (6 d 2)."""
+  return (flops_lib.encoder_flops(config.model, work)
+          + work.tokens * 12.0 * config.model.hidden_size)
 
 
 def validate(config) -> None:

@@ -68,11 +68,12 @@ def metrics(sums, counts_, config) -> dict:
               accuracy=safe_div(sums["correct"], counts_["tokens"]))
 
 
-def flops(config) -> float:
-  """The encoder on every token plus the tagging head (6 d labels)."""
-  t, m = config.data.seq_length, config.model
-  return t * (flops_lib.encoder_flops_per_token(m, t)
-              + 6.0 * m.hidden_size * m.num_labels)
+def flops(config, work: flops_lib.Work) -> float:
+  """The encoder on `work` plus the tagging head on each of its tokens
+  (6 d labels)."""
+  m = config.model
+  return (flops_lib.encoder_flops(m, work)
+          + work.tokens * 6.0 * m.hidden_size * m.num_labels)
 
 
 def validate(config) -> None:

@@ -55,6 +55,28 @@ def _check_objective(config) -> None:
   check = objectives.for_config(config).validate
   if check is not None:
     check(config)
+  _check_packing(config)
+
+
+def _check_packing(config) -> None:
+  data = config.data
+  if not data.get("packing", False):
+    return
+  name = config.objective.name
+  if not objectives.get(name).packing:
+    readers = [n for n in objectives.names() if objectives.get(n).packing]
+    raise ValueError(
+        f"data.packing=True with objective.name={name!r}: packed rows are "
+        f"read by {', '.join(readers)} only; set data.packing=False.")
+  s, window = int(data.packing_max_sequences), int(data.packing_window)
+  if not 1 <= s <= data.seq_length // 2:
+    raise ValueError(
+        f"data.packing_max_sequences={s} must be in [1, data.seq_length / 2 "
+        f"= {data.seq_length // 2}] (each packed example holds at least "
+        "[CLS] and [SEP]).")
+  if window < 1:
+    raise ValueError(f"data.packing_window={window} must be >= 1 (examples "
+                     "bin-packed together; 1024 is a good start).")
 
 
 def _check_train_and_mesh(config, num_devices: int, process_count: int):

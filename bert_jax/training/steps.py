@@ -97,6 +97,31 @@ def _frozen_kwargs(frozen, frozen_graphdef) -> dict:
 # ==============================================================================
 # Update step.
 # ==============================================================================
+def batch_work(batch) -> dict:
+  """What a global batch holds, for throughput and MFU (``models/flops.py``,
+  real work): {tokens, attended, predictions, slots} as float32 sums.
+
+  tokens: real (input_mask) tokens; attended: sum over the batch's sequences
+  of L^2 (a packed row's sequences counted apart, by `sequence_ids`);
+  predictions: weighted MLM positions (0 without an MLM); slots: B x T.
+  """
+  mask = batch["input_mask"] > 0
+  if "sequence_ids" in batch and "cls_positions" in batch:
+    ids = batch["sequence_ids"]
+    s = batch["cls_positions"].shape[-1]
+    which = ids[..., None] == jnp.arange(1, s + 1, dtype=ids.dtype)
+    lengths = jnp.sum(which, axis=1, dtype=jnp.float32)  # [B, S]
+  else:
+    lengths = jnp.sum(mask, axis=-1, dtype=jnp.float32)  # [B]
+  weights = batch.get("masked_lm_weights")
+  return dict(
+      tokens=jnp.sum(mask, dtype=jnp.float32),
+      attended=jnp.sum(lengths * lengths),
+      predictions=(jnp.zeros((), jnp.float32) if weights is None else
+                   jnp.sum(weights, dtype=jnp.float32)),
+      slots=jnp.asarray(mask.size, jnp.float32))
+
+
 def _microbatches(batch, k: int):
   """[B, ...] -> [k, B/k, ...] taking every k-th row, so that each microbatch
   is spread over all data-parallel devices rather than living on a few."""
@@ -169,7 +194,8 @@ def train_step(state, batch, *, graphdef, tx, schedule, config, objective,
   metrics = dict(objective.metrics(sums, counts, config),
                  learning_rate=optim.learning_rate(schedule,
                                                    state["opt_state"]),
-                 grad_norm=grad_norm, finite=finite)
+                 grad_norm=grad_norm, finite=finite,
+                 work=batch_work(batch))
   metrics["loss"] = loss
   return new_state, metrics
 
@@ -338,6 +364,7 @@ class Programs:
     shapes = features.batch_shapes(
         self.objective.feature_spec(self.config), global_batch_size,
         seq_length or self.config.data.seq_length,
-        max_predictions or self.config.data.max_predictions_per_seq)
+        max_predictions or self.config.data.max_predictions_per_seq,
+        int(self.config.data.get("packing_max_sequences", 0)))
     return {k: jax.ShapeDtypeStruct(s, d, sharding=self.batch_sharding)
             for k, (s, d) in shapes.items()}

@@ -17,6 +17,7 @@ from bert_jax import pretrained
 from bert_jax.checkpoints import manager as checkpointing
 from bert_jax.checkpoints import reading as checkpoint_reading
 from bert_jax.checkpoints import workdir_lock
+from bert_jax.models import flops as flops_lib
 from bert_jax.training import config_checks
 from bert_jax.training import metrics_writer
 from bert_jax.training import phases as phases_lib
@@ -48,6 +49,46 @@ def _latest_step(workdir: str) -> int | None:
   except FileNotFoundError:
     return None
   return steps[-1] if steps else None
+
+
+class Throughput:
+  """Real tokens/s, packing efficiency and MFU over the steps since the last
+  log line, from each step's ``work`` (``steps.batch_work``): the steps'
+  device scalars are kept (no op, no read between log lines) and read and
+  summed once per log line.
+
+  MFU counts the real work (``models/flops.py``): real tokens, each
+  sequence's own attention, the real MLM positions; ``tokens_per_sec``
+  counts the row slots (every position of the batch), as before packing.
+  """
+
+  def __init__(self, peak: float):
+    self.peak = peak
+    self.restart()
+
+  def add(self, work) -> None:
+    self._work.append(work)
+
+  def restart(self) -> None:
+    self._work, self._start = [], time.time()
+
+  def read(self, config) -> dict:
+    """The rates since the last read (`config`: the phase's, for FLOPs)."""
+    seconds = max(time.time() - self._start, 1e-9)
+    steps = jax.device_get(self._work)
+    w = {k: float(sum(np.float64(s[k]) for s in steps)) for k in steps[0]}
+    steps = len(steps)
+    self.restart()
+    flops = objectives.train_flops_per_step(config, flops_lib.Work(
+        tokens=w["tokens"], attended=w["attended"],
+        predictions=w["predictions"]))
+    tflops, mfu = utilization.mfu(flops, seconds, jax.device_count(),
+                                  self.peak)
+    return dict(tokens_per_sec=w["slots"] / seconds,
+                real_tokens_per_sec=w["tokens"] / seconds,
+                packing_efficiency=w["tokens"] / max(w["slots"], 1.0),
+                steps_per_sec=steps / seconds, tflops_per_device=tflops,
+                mfu=mfu)
 
 
 def _log_memory(what: str, compiled) -> None:
@@ -310,12 +351,13 @@ class Trainer:
     writer = metrics_writer.MetricsWriter(
         self.workdir, enabled=jax.process_index() == 0)
     phase_config = self._phase_config(self._phase)
-    tokens_per_step = self._phase.batch_size * self._phase.seq_length
     flops_per_step = objectives.train_flops_per_step(phase_config)
     peak, peak_source = utilization.peak_tflops(
         config.model.dtype, train.peak_tflops)
-    logging.info("%.3g training TFLOPs per step; peak %.1f TFLOP/s per device "
-                 "(%s, %s).", flops_per_step / 1e12, peak, peak_source,
+    logging.info("%.3g training TFLOPs per step at full rows; peak %.1f "
+                 "TFLOP/s per device (%s, %s). MFU counts the real work: real "
+                 "tokens, each sequence's own attention, the real masked "
+                 "positions.", flops_per_step / 1e12, peak, peak_source,
                  config.model.dtype)
     if len(self.phases) > 1:
       logging.info("Phases: %s (learning-rate schedule %s).", "; ".join(
@@ -325,17 +367,16 @@ class Trainer:
     if start_step >= train.num_steps:
       logging.info("Checkpoint is at step %d >= train.num_steps=%d: nothing "
                    "to do.", start_step, train.num_steps)
-    t_last, step_last = time.time(), start_step
+    throughput = Throughput(peak)
     window = []  # (loss, finite) of the steps since the last log line.
     for step in range(start_step, train.num_steps):
       if step >= self._phase.end:
         self._enter_phase(phases_lib.at_step(self.phases, step), step)
-        tokens_per_step = self._phase.batch_size * self._phase.seq_length
-        flops_per_step = objectives.train_flops_per_step(
-            self._phase_config(self._phase))
-        t_last, step_last = time.time(), step
+        phase_config = self._phase_config(self._phase)
+        throughput.restart()
       batch = sharding.global_batch(next(self.train_iter), self.batch_sharding)
       state, metrics = self._train_step_for(batch)(state, batch)
+      throughput.add(metrics.pop("work"))
       done = step + 1
       self.checkpointer.check_for_errors()  # A failed async save stops here.
       self._nonfinite.observe(done, metrics["finite"])
@@ -343,23 +384,19 @@ class Trainer:
       is_last = done == train.num_steps
       if done % train.log_every == 0 or is_last:
         metrics = jax.device_get(metrics)
+        rates = throughput.read(phase_config)
         metrics.update(_window_loss(jax.device_get(window), done))
         window = []
-        now = time.time()
-        tps = tokens_per_step * (done - step_last) / max(now - t_last, 1e-9)
-        t_last, step_last = now, done
         self._nonfinite.flush()  # Apply train.nonfinite_policy so far.
         metrics = {k: float(v) for k, v in metrics.items() if k != "finite"}
-        metrics["tokens_per_sec"] = tps
-        metrics["tflops_per_device"], metrics["mfu"] = utilization.mfu(
-            flops_per_step, tokens_per_step / max(tps, 1e-9),
-            jax.device_count(), peak)
-        eta = (train.num_steps - done) * tokens_per_step / max(tps, 1e-9)
+        metrics.update(rates)
+        eta = (train.num_steps - done) / max(rates["steps_per_sec"], 1e-9)
         logging.info(
-            "step %d/%d  %s  lr %.2e  grad_norm %.3f  tokens/s %.0f  "
-            "MFU %.1f%%  ETA %s", done, train.num_steps,
+            "step %d/%d  %s  lr %.2e  grad_norm %.3f  tokens/s %.0f real "
+            "(%.1f%% of slots)  MFU %.1f%%  ETA %s", done, train.num_steps,
             self._format(metrics), metrics["learning_rate"],
-            metrics["grad_norm"], tps, 100 * metrics["mfu"],
+            metrics["grad_norm"], rates["real_tokens_per_sec"],
+            100 * rates["packing_efficiency"], 100 * rates["mfu"],
             metrics_writer.format_duration(eta))
         writer.write(done, "train", metrics)
         last_metrics = metrics

@@ -294,11 +294,13 @@ PHASES_REFUSED = ("train.phases / train.recipe apply to pretraining runs only "
                   "buckets, task.buckets); leave them empty.")
 
 
-@pytest.mark.parametrize("case", ["label_names", "phases", "empty_dev"])
+@pytest.mark.parametrize("case",
+                         ["label_names", "phases", "empty_dev", "packing"])
 def test_bad_setup_is_one_error_before_anything_is_written(learned, tmp_path,
                                                            case):
   """Sentence tasks' refusals that apply to a span task: label names (it
-  has no classes), phases, an empty split (named with its file)."""
+  has no classes), phases, an empty split (named with its file); packed
+  rows (a sentence-task layout)."""
   config = qa_config(learned["hf"]["out"], learned["dev"], learned["dev"])
   empty = tmp_path / "empty.json"
   empty.write_text(json.dumps({"version": "v2.0", "data": []}))
@@ -310,6 +312,11 @@ def test_bad_setup_is_one_error_before_anything_is_written(learned, tmp_path,
   elif case == "phases":
     config.train.phases = (dict(num_steps=2, seq_length=SEQ),) * 2
     expected = PHASES_REFUSED
+  elif case == "packing":  # Packed rows are a sentence-task layout.
+    config.data.packing = True
+    expected = ("data.packing=True with task.kind='span': packed fine-tuning "
+                "rows hold sentence tasks only; token and span tasks batch "
+                "their windows by length buckets: set data.packing=False.")
   else:
     config.task.validation_file = str(empty)
     expected = ("The validation split of task 'generated_qa' (task."

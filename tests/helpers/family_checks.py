@@ -1,4 +1,5 @@
-"""Shared checks for objectives beyond BERT (ALBERT, DistilBERT, ModernBERT).
+"""Shared checks for objectives beyond BERT (ALBERT, DistilBERT, ModernBERT),
+and for BERT on packed rows ("bert_packed").
 
 `mesh_losses` runs 3 train steps of an objective on 1 device and on 8
 simulated CPU devices (DP=8, FSDP=8, DP=4 x TP=2) in a subprocess whose
@@ -27,6 +28,18 @@ MODERNBERT_TINY = dict(type_vocab_size=0, num_hidden_layers=3,
                        intermediate_size=96, local_attention=8,
                        global_attn_every_n_layers=3, layer_norm_eps=1e-5,
                        classifier_dropout_prob=0.0)
+PACKED_SEQUENCES = 4
+
+
+def family_batch(family: str, step: int) -> dict:
+  """The synthetic batch of `step` (a packed one for "bert_packed")."""
+  from tests import helpers
+  if family == "bert_packed":
+    from tests.helpers import packed_rows
+    return packed_rows.synthetic_batch(step, helpers.BATCH, helpers.SEQ,
+                                       helpers.PREDS, PACKED_SEQUENCES,
+                                       helpers.VOCAB)
+  return helpers.synthetic_batch(step)
 
 
 def family_config(family: str, data=1, fsdp=1, tensor=1):
@@ -42,6 +55,8 @@ def family_config(family: str, data=1, fsdp=1, tensor=1):
     c.objective.name = "distil"
     c.objective.update(student_layers=1, teacher="random")
     c.data.update(objective="packed", nsp=False)
+  elif family == "bert_packed":
+    c.data.update(packing=True, packing_max_sequences=PACKED_SEQUENCES)
   elif family == "modernbert":
     c.objective.name = "modernbert"
     c.model.update(MODERNBERT_TINY)
@@ -63,7 +78,6 @@ def _child(family: str, out_path: str) -> None:
 
   from bert_jax.training import sharding
   from bert_jax.training import steps as steps_lib
-  from tests.helpers import synthetic_batch
   assert jax.device_count() == 8, jax.devices()
   out = {}
   for name, shape in MESHES.items():
@@ -75,7 +89,7 @@ def _child(family: str, out_path: str) -> None:
       state = programs.warm_start(programs.init())
       losses = []
       for step in range(STEPS):
-        batch = sharding.global_batch(synthetic_batch(step),
+        batch = sharding.global_batch(family_batch(family, step),
                                       programs.batch_sharding)
         state, metrics = programs.train_step(state, batch)
         losses.append(float(metrics["loss"]))

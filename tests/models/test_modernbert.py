@@ -5,11 +5,11 @@ attention kinds agree, and both configs have Hugging Face's parameter
 counts."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
+from bert_jax.models import attention
 from bert_jax.models import flops as flops_lib
 from bert_jax.models import modernbert
 from bert_jax.models import rope_attention
@@ -60,25 +60,24 @@ def test_sliding_window_is_hugging_faces_at_the_edges_and_near_padding():
     theirs[kind] = make(config=cfg, inputs_embeds=embeds,
                         attention_mask=torch.tensor(mask2d),
                         allow_is_bidirectional_skip=False)[:, 0].numpy()
-  pos = np.broadcast_to(np.arange(t), mask2d.shape)
-  for kind, w in (("local", window // 2), ("global", None)):
-    ours = np.asarray(rope_attention.visible(pos, pos, mask2d, mask2d, w))
-    real = mask2d.astype(bool)
+  mask = attention.make_mask(mask2d)  # What ModernBertModel builds.
+  real = mask2d.astype(bool)
+  for kind, w in (("local", (window // 2,) * 2), ("global", None)):
+    ours = np.broadcast_to(attention.allowed(mask, w),
+                           (len(lengths), 1, t, t))[:, 0]
     np.testing.assert_array_equal(ours[real], theirs[kind][real], kind)
-    # Padded queries: only padding, themselves included.
     pad_rows = ours[~real]
-    assert not np.any(pad_rows & real.repeat(t - real.sum(1), 0)), kind
-    assert np.all(pad_rows[np.arange(len(pad_rows)),
-                           np.nonzero(~real)[1]]), kind
+    if kind == "global":  # Padded queries: the real keys, as HF's.
+      np.testing.assert_array_equal(pad_rows,
+                                    real.repeat(t - real.sum(1), 0))
+    else:  # Padded queries: only padding (no window is empty).
+      assert not np.any(pad_rows & real.repeat(t - real.sum(1), 0)), kind
+      assert np.all(pad_rows[np.arange(len(pad_rows)),
+                             np.nonzero(~real)[1]]), kind
   # The edges themselves: query 20 of the full row sees keys 16..24.
-  local = np.asarray(rope_attention.visible(pos, pos, mask2d, mask2d, 4))
+  local = np.asarray(attention.allowed(mask, (4, 4)))[:, 0]
   assert np.flatnonzero(local[0, 20]).tolist() == list(range(16, 25))
   assert np.flatnonzero(local[1, 25]).tolist() == [21, 22, 23, 24, 25, 26]
-
-
-def _attention(impl="xla", **model):
-  config = tiny(attention_impl=impl, **model)
-  return rope_attention.Attention(config, is_global=False, rngs=nnx.Rngs(0))
 
 
 def _qkv(b, t, h, d, seed=0):
@@ -86,41 +85,49 @@ def _qkv(b, t, h, d, seed=0):
   return tuple(jax.random.normal(x, (b, t, h, d)) for x in k)
 
 
+def _attend(q, k, v, mask, impl, window):
+  return jax.jit(lambda q, k, v, mask: attention.attend(
+      q, k, v, mask, impl=impl, window=window, splash_interpret=True))(
+          q, k, v, mask)
+
+
 def test_blocked_sliding_window_equals_the_dense_one():
   """Queries in blocks of local_attention / 2 against three blocks of keys
   give the dense masked attention's output at every position (padded and
   packed rows), and count 3 x 4 keys per query instead of 64."""
-  attn = _attention(local_attention=8)
+  config = tiny(local_attention=8)
+  window = rope_attention.window(config, is_global=False)
   b, t = 3, 64
   q, k, v = _qkv(b, t, 4, 16)
   seq = padded_mask([64, 37, 3], t)
-  seq[0, 30:] = 2  # Row 0 packs two documents...
-  pos = np.broadcast_to(np.arange(t), (b, t)).copy()
-  pos[0, 30:] -= 30  # ...with positions restarting at the second.
-  assert rope_attention.blocked(t, attn.window)
-  assert rope_attention.keys_per_query(t, attn.window) == 12
-  assert rope_attention.keys_per_query(t, None) == t
-  args = (q, k, v, jnp.asarray(pos), jnp.asarray(seq))
-  run = lambda f: jax.jit(lambda *a: f(*a, True, None))(*args)
-  np.testing.assert_allclose(run(attn._blocked), run(attn._dense), atol=1e-6)
+  seq[0, 30:] = 2  # Row 0 packs two documents.
+  assert window == (4, 4) and attention.blocked(t, window)
+  assert attention.keys_per_query(t, window) == 12
+  assert attention.keys_per_query(t, None) == t
+  for mask in (attention.make_mask(padded_mask([64, 37, 3], t)),
+               attention.make_mask(seq > 0, seq)):
+    # "dot_product_attention" on CPU: XLA over the dense boolean mask.
+    np.testing.assert_allclose(
+        _attend(q, k, v, mask, "xla", window),
+        _attend(q, k, v, mask, "dot_product_attention", window), atol=1e-6)
 
 
 @pytest.mark.parametrize("impl", ["dot_product_attention", "splash"])
 def test_attention_kinds_equal_xla(impl):
   """jax.nn.dot_product_attention (XLA here) and the splash kernel (Pallas
-  interpreter) with the LocalMask band equal our XLA path everywhere."""
+  interpreter) with the LocalMask band equal our XLA path everywhere, on
+  padded and packed rows."""
   t = 256 if impl == "splash" else 64
-  xla = _attention("xla", local_attention=64, splash_interpret=True)
-  other = _attention(impl, local_attention=64, splash_interpret=True)
   q, k, v = _qkv(2, t, 4, 16, seed=1)
-  seq = jnp.asarray(padded_mask([t, t - 70], t))
-  pos = jnp.broadcast_to(jnp.arange(t), (2, t))
-  for window in (None, 32):
-    xla.window = other.window = window
-    run = lambda m: jax.jit(lambda *a: m._attend(*a, True, None))(
-        q, k, v, pos, seq)
-    np.testing.assert_allclose(run(other), run(xla), atol=2e-5,
-                               err_msg=str(window))
+  seq = padded_mask([t, t - 70], t)
+  seq[0, t // 2:] = 2
+  for mask in (attention.make_mask(padded_mask([t, t - 70], t)),
+               attention.make_mask(seq > 0, seq)):
+    for window in (None, (32, 32)):
+      np.testing.assert_allclose(
+          _attend(q, k, v, mask, impl, window),
+          _attend(q, k, v, mask, "xla", window), atol=2e-5,
+          err_msg=f"{window} packed={mask.packed}")
 
 
 def test_packed_documents_see_only_themselves_with_their_own_positions():
@@ -196,7 +203,8 @@ def test_sliding_window_flops_grow_linearly():
   ModernBERT-base's encoder FLOPs per token grow 1.78x, BERT-base's 2.50x
   (8 of its 22 layers are global)."""
   base = family_checks.load_config("modernbert_base").model
-  per_token = lambda t: flops_lib.modernbert_encoder_flops_per_token(base, t)
+  per_token = lambda t: flops_lib.modernbert_encoder_flops(
+      base, flops_lib.full_rows(1, t, 0), t) / t
   d, layers = 768, 22
   dense = 6 * layers * (4 * d * d + 3 * d * 1152)
   assert per_token(8192) == dense + 12 * d * (8 * 8192 + 14 * 192)

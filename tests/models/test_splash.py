@@ -53,7 +53,7 @@ def _layer_pair():
 def test_forward_and_gradients_match_xla_with_padding():
   xla, spl = _layer_pair()
   x = jax.random.normal(jax.random.key(1), (3, SEQ, HEADS * HEAD_DIM))
-  bias = attention_lib.attention_bias(_mask())
+  bias = attention_lib.padding_mask(_mask())
   # Loss weights on every output position except the fully padded row:
   # there XLA's forward is uniform (every score rounds to -1e9) yet its
   # softmax backward passes a gradient into q/k, while splash's output is
@@ -107,7 +107,7 @@ def test_attention_dropout_is_refused_in_training():
   layer = attention_lib.SelfAttention(
       _config("splash", attention_probs_dropout_prob=0.1), rngs=nnx.Rngs(0))
   x = jnp.zeros((1, SEQ, HEADS * HEAD_DIM))
-  bias = attention_lib.attention_bias(jnp.ones((1, SEQ)))
+  bias = attention_lib.padding_mask(jnp.ones((1, SEQ)))
   with pytest.raises(ValueError, match="attention_probs_dropout_prob=0"):
     layer(x, bias, deterministic=False, rngs=nnx.Rngs(0))
 
