@@ -1,9 +1,17 @@
 """Encoders and heads in Flax NNX, and their analytic FLOPs.
 
-  bert.py      BERT's embeddings, encoder blocks, attention kinds and heads
+  layers.py    dense and LayerNorm with logical axis names, activations,
+               initializers, rematerialization
+  attention.py multi-head self-attention in every ``attention_impl`` kind
+  bert.py      BERT's embeddings, encoder blocks and heads
                (pretraining, masked LM, sequence classification)
   albert.py    ALBERT: factorized embeddings, blocks shared across layers
   electra.py   ELECTRA's generator and discriminator on shared embeddings
+  modernbert.py  ModernBERT: pre-norm GeGLU blocks, MLM and classification
+               heads, as Hugging Face's
+  rope_attention.py  rotary attention over global or sliding-window
+               visibility (ModernBERT's)
+  rotary.py    rotary position embeddings (``rotate_half`` layout)
   splash.py    the TPU splash-attention kernel behind attention_impl="splash"
   logical.py   activation sharding constraints by logical axis name
   flops.py     training FLOPs of an encoder and an MLM head, per token
