@@ -32,7 +32,7 @@ already there, so the job can run in the background and be restarted;
 Besides memory, each row has XLA's own cost analysis of the compiled step
 (FLOPs and HBM bytes accessed per chip) turned into a roofline bound: the
 step takes at least max(FLOPs / peak, bytes / HBM bandwidth) on that chip,
-and "MFU bound" is the model FLOPs (`bert_jax.flops`, matmuls only) over
+and "MFU bound" is the model FLOPs (`bert_jax.models.flops`, matmuls only) over
 that time at peak: no real step does better. "XLA/model" compares XLA's FLOP
 count (all ops, optimizer included) with the analytic count; Pallas kernels
 are custom calls whose FLOPs XLA does not see (splash rows count less).
