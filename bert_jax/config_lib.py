@@ -62,7 +62,8 @@ def model_config(size: str = "base") -> ml_collections.ConfigDict:
       pooler_act="tanh",
       # Compute dtype of activations and matmul inputs; params stay float32.
       dtype="float32",
-      # Speed options (README "Performance" has their measured effect).
+      # Speed options (docs/performance.md "Speed options" has their
+      # measured effect).
       # "xla": explicit softmax attention (supports attention dropout);
       # "dot_product_attention": jax.nn.dot_product_attention, cuDNN flash
       # attention on GPU in bf16/fp16, XLA elsewhere ("cudnn" forces it).
@@ -182,7 +183,9 @@ def objective_config() -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(
       # bert: MLM (+ NSP/SOP per data.objective); albert: the same on the
       # shared-layer ALBERT model; electra: replaced-token detection;
-      # distil: DistilBERT distillation.
+      # distil: DistilBERT distillation; modernbert: ModernBERT's MLM.
+      # Fine-tuning sets its task kind's objective (classify,
+      # modernbert_classify, token_classify, span_qa).
       name="bert",
       # distil: the teacher (our workdir, an imported or Hugging Face BERT
       # dir; "random" = random init, tests only); config.model is its

@@ -408,7 +408,7 @@ def load_tokenizer(source: Source | str) -> tokenizer_files.LoadedTokenizer:
 
 def _search_old_workdir(workdir: str, config) -> tokenizer_files.TokenizerSpec:
   """Workdirs without a record: data.tokenizer_path, else the one the trainer
-  trained and cached under workdir/tokenizer/ (input_pipeline's
+  trained and cached under workdir/tokenizer/ (data/tokenizers.py's
   ``<type>-<size>-<cased|uncased>-<hash>/spm.model|vocab.txt``)."""
   data = (config or {}).get("data", None) or {}
   kind = data.get("tokenizer_type", "sentencepiece") or "sentencepiece"

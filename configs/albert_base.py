@@ -7,7 +7,8 @@ Run (demo corpus, tokenizer trained and cached in the workdir):
   python -m bert_jax.main --config configs/albert_base.py --workdir /tmp/albert
 Shrink for a CPU smoke run, e.g. --config.train.batch_size=16
 --config.data.seq_length=128 --config.train.num_steps=30.
-Export: tools/convert_to_hf.py writes AlbertForPreTraining (bert_jax.hf_albert).
+Export: tools/convert_to_hf.py writes AlbertForPreTraining (table:
+bert_jax/hf/families.py).
 """
 
 from bert_jax.objectives import albert

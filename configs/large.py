@@ -6,7 +6,7 @@ Override any field, e.g. --config.train.num_steps=30 --config.train.batch_size=1
 Set --config.data.train_files='corpus/*.txt' for your own text (one sentence
 per line, blank line between documents).
 BERT's two-phase recipe (90% of the steps at 128 tokens / 20 predictions,
-the rest at 512 / 80, README "Two phases in one run"):
+the rest at 512 / 80; docs/scaling-and-tpu.md, "Two phases in one run"):
   --config.train.recipe=bert_two_phase --config.train.num_steps=1000000
 """
 

@@ -1,6 +1,7 @@
 """Shared test setup: CPU only, quiet TF, one XLA compilation cache.
 
-The helpers live in tests/helpers.py (child processes import them too).
+The helpers live in the tests/helpers package (child processes import them
+too).
 """
 
 import os

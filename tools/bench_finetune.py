@@ -14,8 +14,8 @@ features (the same windows on both sides; HF pads each batch to its longest).
       --config.train.batch_size=32 [--rounds 3 --steps 0 --warmup 2]
 
 Same task rows, same tokenization (the checkpoint's tokenizer, through
-bert_jax.task_data), same architecture (MODEL's config; weights are random on
-both sides: speed does not depend on them), same batch size, dtype
+bert_jax.data.task_data), same architecture (MODEL's config; weights are
+random on both sides: speed does not depend on them), same batch size, dtype
 (`--config.model.dtype`; bfloat16 means torch.autocast for PyTorch), AdamW
 with gradient clipping and dropout 0.1 on both sides, in one process:
 

@@ -59,7 +59,7 @@ def numpy_mask_batch(input_ids: np.ndarray, rng: np.random.Generator, *,
 
   Bernoulli(mask_rate) per non-special token; of those 80% [MASK], 10% random,
   10% kept. Returns (masked input_ids, labels with -100 where not selected).
-  The comparison point of this benchmark (tests/test_masking.py checks its
+  The comparison point of this benchmark (tests/data/test_masking.py checks its
   rates).
   """
   labels = input_ids.copy()

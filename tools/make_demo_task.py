@@ -9,7 +9,8 @@ topic; every 5th sentence of each topic goes to dev.csv (1,264 train and 318
 dev rows; 17 of the 314 distinct dev sentences, short code lines that the
 docs repeat, also occur in train). Sentences vary in
 length (a few tokens to over 100), which is what length buckets are for.
-Used by the README's demo fine-tuning comparison and tools/bench_finetune.py.
+Used by docs/downstream.md's demo fine-tuning comparison ("Fine-tuning
+both demos on the same task") and tools/bench_finetune.py.
 
   python tools/make_demo_task.py --out /tmp/short_task --lengths sst2
 

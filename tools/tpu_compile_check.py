@@ -19,9 +19,10 @@ according to the state shardings.
 kernel); the fused kinds have no attention dropout, so it also sets
 model.attention_probs_dropout_prob=0 for them. `--variants` compiles several
 (seq_length, attention, max_predictions) per mesh in one call, e.g. the
-README table (18 rows, minutes each; `--out` appends every row to a JSON-lines
-file as soon as it compiles, and skips rows already there, so the job can run
-in the background and be restarted; `--table FILE` prints the table):
+table of docs/scaling-and-tpu.md (18 rows, minutes each; `--out` appends
+every row to a JSON-lines file as soon as it compiles, and skips rows
+already there, so the job can run in the background and be restarted;
+`--table FILE` prints the table):
 
   nohup python tools/tpu_compile_check.py --dtype bfloat16 \
       --configs configs/base.py --topologies v5e:2x2 --meshes dp,fsdp,tp2 \
@@ -31,7 +32,7 @@ in the background and be restarted; `--table FILE` prints the table):
 Besides memory, each row has XLA's own cost analysis of the compiled step
 (FLOPs and HBM bytes accessed per chip) turned into a roofline bound: the
 step takes at least max(FLOPs / peak, bytes / HBM bandwidth) on that chip,
-and "MFU bound" is the model FLOPs (`bert_jax.flops`, matmuls only) over
+and "MFU bound" is the model FLOPs (`bert_jax.models.flops`, matmuls only) over
 that time at peak: no real step does better. "XLA/model" compares XLA's FLOP
 count (all ops, optimizer included) with the analytic count; Pallas kernels
 are custom calls whose FLOPs XLA does not see (splash rows count less).

@@ -8,7 +8,7 @@ Layout: ``WORKDIR/checkpoints/<step>/{state,data,meta}``.
   values).
 - ``data``: the tf.data iterator state. Orbax runs this (synchronous) item
   inside ``save`` before it returns, so it is the iterator position of the
-  same step as ``state`` (``tests/test_checkpointing.py`` checks it).
+  same step as ``state`` (``tests/checkpoints/test_manager.py`` checks it).
 - ``meta``: the config and the last logged metrics, as JSON.
 
 Guarantees (each has a test):

@@ -54,7 +54,7 @@ objective = config_lib.sentence_objective
 @dataclasses.dataclass(frozen=True)
 class ExampleOptions:
   """Everything an ExampleBuilder reads from the config (hashable: it keys
-  the cache of traced builders in input_pipeline)."""
+  the cache of traced builders in data/pipeline.py)."""
   seq_length: int
   objective: str
   short_seq_prob: float

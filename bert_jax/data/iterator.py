@@ -8,7 +8,7 @@ ride along in the batches; the iterator strips, sums, logs and saves them.
 
 A saved state only fits a pipeline of the same batch shapes. When a run is
 resumed with another batch size or sequence length (other hardware), or a
-run enters its next phase (BERT's 128 -> 512, `bert_jax.phases`), the data
+run enters its next phase (BERT's 128 -> 512, `training/phases.py`), the data
 position is carried over as the number of examples this host consumed: the
 new pipeline (same seed, same source order) skips ceil(examples / new batch
 size) batches and goes on from there. The skip is saved with the state, so

@@ -3,6 +3,8 @@
   finetuning.py    one fine-tuning run (task kind, config from the
                    checkpoint, evaluator, results, predictions files) and
                    the learning-rate x seed sweep
+  workdir_task.py  the task a fine-tuning workdir was trained on, recorded
+                   and compared on every rerun
   sentence_tasks.py  task kind "sentence": GLUE, CSV / TSV / JSONL
   token_tasks.py   task kind "token": NER with conlleval scores
   span_tasks.py    task kind "span": SQuAD v1.1 / v2.0, official files

@@ -2,10 +2,13 @@
 
   mapping          the table format, the registry (``TABLE_MODULES``: every
                    family and its module, loaded on first use) and the
-                   conversions both ways (our param tree <-> HF state dicts)
+                   export direction (our param tree -> HF state dicts)
+  importing        the import direction (HF / Google TF state dict -> our
+                   param tree) with a report of what was loaded
   bert             BERT (pretraining, MLM, BertModel)
   families         ALBERT and DistilBERT tables and config.json conversions
   electra          ELECTRA's two networks and the pair directory
+  modernbert       ModernBERT's MLM and sequence-classification tables
   classify         fine-tuned classifiers, each as its encoder family's
                    Hugging Face sequence-classification class
   vocab            vocabulary rows past the tokenizer: trimmed on export,

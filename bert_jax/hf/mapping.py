@@ -1,6 +1,6 @@
 """Parameter-name tables, one per model family, read in both directions.
 
-Our module tree mirrors the Hugging Face classes (see ``model.py``), so
+Our module tree mirrors the Hugging Face classes (``bert_jax/models/``), so
 conversion is renaming plus a transpose of dense kernels. Export
 (:func:`to_hf_state_dict`) and import (``hf/importing.py``) read the
 same :class:`Family` table; nothing here branches on the family name. numpy

@@ -1,9 +1,9 @@
 """ELECTRA's generator and discriminator (Clark et al. 2020) in Flax NNX.
 
 Built from ``models/bert.py``'s blocks, as google-research/electra builds them:
-one :class:`~bert_jax.model.Embeddings` (token, position and segment tables
-and their LayerNorm, width E = ``model.embedding_size``) shared by both
-networks; each network is an :class:`~bert_jax.model.Encoder` with its own
+one :class:`~bert_jax.models.bert.Embeddings` (token, position and segment
+tables and their LayerNorm, width E = ``model.embedding_size``) shared by both
+networks; each network is an :class:`~bert_jax.models.bert.Encoder` with its own
 ``embeddings_project`` (E -> its hidden size, present only when they differ)
 and layer stack. The generator is a small BERT MLM (hidden size a fraction of
 the discriminator's, ``objective.generator_hidden_size``) whose head maps to E

@@ -4,8 +4,20 @@ The trainer, mesh, checkpoints and input pipeline are shared. What a model
 family (or a fine-tuning task) adds is one :class:`Objective`: how to build
 its model(s), which batch features it reads, and its loss and metrics as pure
 functions. The train step receives the objective as an argument, so nothing
-in ``train.py`` branches on the family, and tools (benchmarks, ablations)
+in ``training/`` branches on the family, and tools (benchmarks, ablations)
 plug in their own variants without patching module globals.
+
+  __init__.py      the ``Objective`` dataclass and the registry
+                   (``objective.name`` -> module, imported on first use)
+  bert.py          BERT: masked LM plus NSP / SOP, or packed
+  albert.py        ALBERT: masked LM plus sentence order, shared layers
+  electra.py       ELECTRA: generator MLM plus replaced-token detection
+  distil.py        DistilBERT: a student distilled from a frozen teacher
+  modernbert.py    ModernBERT: masked LM alone
+  classify.py      fine-tuning: sequence classification or regression
+  modernbert_classify.py  the same on a ModernBERT encoder
+  token_classify.py  fine-tuning: token tagging (NER)
+  span_qa.py       fine-tuning: extractive QA (answer start and end)
 
 Loss normalisation is global: ``loss_sums`` returns per-batch SUMS (so that
 microbatches and devices add up) including count entries, ``counts`` gives
@@ -35,7 +47,7 @@ class Objective:
   name: str
   # (config, rngs: nnx.Rngs) -> nnx.Module holding every trainable param.
   make_model: Callable[..., Any]
-  # (config) -> a `bert_jax.features` spec dict.
+  # (config) -> a `bert_jax.data.features` spec dict.
   feature_spec: Callable[..., dict]
   # (model, batch, rng key, deterministic: bool, config) -> {name: f32 sum}.
   loss_sums: Callable[..., dict]
@@ -90,7 +102,8 @@ class Objective:
   # Whether the objective reads packed rows (data.packing: sequence_ids,
   # position_ids, one [CLS] per packed example; features.PACKING).
   packing: bool = False
-  # Optional start of fine-tuning from this family's runs (finetune.py):
+  # Optional start of fine-tuning from this family's runs
+  # (downstream/finetuning.py):
   # the BertModel that the classifier wraps. (run config) -> its model
   # config; None: config.model.
   encoder_config: Callable[..., Any] | None = None
@@ -99,7 +112,8 @@ class Objective:
   # None: params["bert"].
   encoder_params: Callable[..., Any] | None = None
   # The objective that fine-tunes this family's runs as a sequence
-  # classifier (finetune.py); None: "classify" (BertForSequenceClassification).
+  # classifier (downstream/finetuning.py); None: "classify"
+  # (BertForSequenceClassification).
   finetune_objective: str | None = None
   # With its own classifier: (params of the source in this family's tree,
   # fresh classifier params) -> the classifier's params (what it takes over

@@ -1,6 +1,6 @@
 """ALBERT pretraining: masked LM plus sentence-order prediction.
 
-The model is :class:`bert_jax.albert.AlbertForPreTraining` (factorized
+The model is :class:`bert_jax.models.albert.AlbertForPreTraining` (factorized
 embeddings, shared layers); the loss is BERT's (``objectives.bert``): MLM
 sum / global masked count, plus the pair head's mean when ``data.nsp`` is
 set. ALBERT configs set ``data.objective="sop"`` and ``data.max_ngram=3``.

@@ -6,6 +6,8 @@
   trainer.py            the loop (``Trainer``) and the pretraining job
   config_checks.py      every check of a run's config, before anything is
                         written
+  start_from.py         what a new run's params start from (train.init_from,
+                        a teacher) and so which tokenizer it uses
   pretraining_input.py  a pretraining run's tokenizer, train iterator (per
                         phase) and eval batches
   sharding.py           mesh from config, logical-axis rules, shardings

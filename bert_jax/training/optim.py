@@ -31,7 +31,7 @@ def learning_rate_schedule(train: ml_collections.ConfigDict,
                            phases=None) -> optax.Schedule:
   """Linear warmup to `learning_rate`, then linear decay to 0 at `num_steps`.
 
-  With several `phases` (`bert_jax.phases`) and train.phase_schedule
+  With several `phases` (`training/phases.py`) and train.phase_schedule
   "per_phase" (NVIDIA's recipe), each phase warms up to its own learning
   rate and decays to 0 at its own end; "continuous" is one schedule over all
   steps (google-research/bert).

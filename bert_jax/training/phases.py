@@ -8,7 +8,7 @@ steps with its own batch shape (and, with the "per_phase" schedule, its own
 warmup and decay). One run walks through the phases: the optimizer state
 carries over, the pipeline switches to the new shapes (continuing after the
 examples already consumed, the rule that also resumes a run whose shapes
-changed, `data_iterator`), and each phase's step is compiled before step 1.
+changed, `data/iterator.py`), and each phase's step is compiled before step 1.
 
 `train.phases` lists them explicitly; `train.recipe="bert_two_phase"` builds
 the published split from `train.num_steps`; with neither, the run is one

@@ -1,7 +1,7 @@
 """bert_jax.fill_mask: same answers as transformers' pipeline("fill-mask").
 
 The end-to-end check on a model trained here (workdir and its export) is in
-tests/test_hf.py::test_fill_mask_cli_workdir_and_hf_dir_agree_with_pipeline.
+tests/hf/test_export_import.py::test_fill_mask_cli_workdir_and_hf_dir_agree_with_pipeline.
 """
 
 import json

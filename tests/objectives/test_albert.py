@@ -122,7 +122,8 @@ def test_shared_layer_gradient_is_the_sum_over_its_uses():
 
 
 # ------------------------------------------------------------------------------
-# N-gram masking (reuses tests/test_masking.py's corpus of ~130k tokens).
+# N-gram masking (on tests/helpers/masking_corpus.py's ~130k tokens, the
+# corpus of tests/data/test_masking.py).
 # ------------------------------------------------------------------------------
 from tests.helpers import masking_corpus  # noqa: E402
 from tests.helpers.masking_corpus import P  # noqa: E402
@@ -268,7 +269,8 @@ def test_one_vs_eight_devices_same_losses(tmp_path):
 
 def test_resume_continues_exactly_and_the_run_exports(tmp_path):
   """Stop-and-rerun from the step-4 checkpoint (state + data position, not
-  kill -9: tests/test_resume.py covers that path for the shared trainer),
+  kill -9: tests/training/test_resume.py covers that path for the shared
+  trainer),
   then tools/convert_to_hf.py on the run: AlbertForPreTraining in PyTorch
   gives our logits, and fill_mask runs on the export."""
   import torch

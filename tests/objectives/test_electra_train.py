@@ -4,7 +4,7 @@
    DP=8, FSDP=8 and DP=2 x FSDP=2 x TP=2 simulated CPU devices give the same
    per-step loss within 1e-5 (dropout off). Runs in a child process that
    sees 8 devices (XLA_FLAGS set before jax is imported), as
-   tests/test_sharding.py.
+   tests/training/test_sharding.py.
 2. `python -m bert_jax.main --config configs/electra_small.py` (tiny
    overrides) killed with SIGKILL mid-run and started again logs exactly the
    per-step losses of an uninterrupted run.

@@ -1,8 +1,8 @@
 """Training dynamics of ALBERT, DistilBERT distillation and ELECTRA equal
 independent Hugging Face PyTorch implementations, step by step.
 
-As tests/test_finetune_parity.py does for fine-tuning: from identical
-weights (our freshly initialized params, exported as Hugging Face
+As tests/downstream/test_finetune_parity.py does for fine-tuning: from
+identical weights (our freshly initialized params, exported as Hugging Face
 directories) on identical batches (synthetic pretraining batches saved as
 numpy), NUM_STEPS steps of our real train step (`steps_lib.Programs` with the
 family's objective) give the same per-step loss as a loop written here over
