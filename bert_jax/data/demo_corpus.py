@@ -10,6 +10,7 @@ name) goes to the held-out file, the rest to ``NUM_TRAIN_FILES`` train files
 
 import os
 import re
+import uuid
 from pydoc_data import topics
 
 import numpy as np
@@ -74,7 +75,10 @@ def write_demo_corpus(directory: str) -> tuple[str, str]:
   eval_docs = [d for i, d in enumerate(docs) if not i % EVAL_EVERY]
 
   def _write(path, docs_):
-    tmp = path + ".tmp"
+    # One temporary name per writer: every process of a multi-host run
+    # writes the same files into a shared workdir, and with one shared name
+    # a writer's rename took the other's file away (NotFoundError).
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
     with tf.io.gfile.GFile(tmp, "w") as f:
       f.write("\n\n".join("\n".join(s) for _, s in docs_) + "\n")
     tf.io.gfile.rename(tmp, path, overwrite=True)

@@ -56,3 +56,38 @@ def test_demo_corpus_when_no_train_sources(tmp_path):
   with pytest.raises(ValueError, match="data.eval_sources"):
     data_sources.plan(data_config(train_files="/c/t.txt",
                                   eval_sources="/c/e.txt@-1"), None)
+
+
+def test_hosts_writing_the_demo_corpus_at_once_do_not_collide(tmp_path):
+  """Every process of a multi-host run writes the demo corpus into the shared
+  workdir. With one temporary name per file, one writer's rename took the
+  other's file away (CI: process 0 of test_main_cli_trains_with_two_processes
+  died with 'NotFoundError: .../train-00000.txt.tmp', process 1 waited for
+  its tokenizer). Eight writers at once, five times: no error, and the files
+  one writer alone would write."""
+  import threading
+
+  from bert_jax.data import demo_corpus
+  alone = tmp_path / "alone"
+  demo_corpus.write_demo_corpus(str(alone))
+  expected = {p.name: p.read_bytes()
+              for p in (alone / f"demo_corpus_{demo_corpus._VERSION}").iterdir()}
+  for attempt in range(5):
+    shared = tmp_path / f"shared{attempt}"
+    errors = []
+
+    def write():
+      try:
+        demo_corpus.write_demo_corpus(str(shared))
+      except Exception as e:  # pylint: disable=broad-except
+        errors.append(e)
+
+    writers = [threading.Thread(target=write) for _ in range(8)]
+    for w in writers:
+      w.start()
+    for w in writers:
+      w.join()
+    assert not errors, errors[0]
+    written = {p.name: p.read_bytes()
+               for p in (shared / f"demo_corpus_{demo_corpus._VERSION}").iterdir()}
+    assert written == expected
