@@ -14,7 +14,6 @@ import os
 import re
 import signal
 import sys
-import tempfile
 import traceback
 
 # TensorFlow (the input pipeline, on the host CPU) looks for CUDA when it
@@ -33,6 +32,7 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
+from bert_jax import error_reports
 from bert_jax.checkpoints import reading as checkpoint_reading
 from bert_jax.checkpoints import workdir_lock
 
@@ -120,27 +120,40 @@ def _in_library(path: str) -> bool:
   return os.path.realpath(path).startswith(_library_dirs())
 
 
+# Standard-library loggers that report other code's task and future errors.
+_STDLIB_REPORTERS = ("asyncio", "concurrent.futures")
+
+
 class _QuietLibraries:
   """Drop the INFO chatter of Orbax, JAX and TensorFlow; keep their warnings
   (everything with --verbose).
 
   A failed save makes Orbax log the same error with a traceback from each of
   its threads; the run stops with one sentence about it (CheckpointSaveError),
-  so without --verbose their records keep one line each.
+  so without --verbose their records keep one line each, the traceback going
+  to the details file (`error_reports`). asyncio and concurrent.futures
+  report the errors of the libraries' tasks and futures under their own
+  names: treated as library records.
   """
 
   def filter(self, record) -> bool:
     if _verbose():
       return True
     if record.name == "asyncio" and _from_orbax(record):
-      return False  # "Task exception was never retrieved" of a failed save.
-    if not _from_library(record):
+      # "Task exception was never retrieved" of a failed save's writes.
+      error_reports.append_exception(record.getMessage(), *record.exc_info)
+      return False
+    if not (_from_library(record) or record.name in _STDLIB_REPORTERS):
       return True
     if record.levelno < 30:
       return False
     if record.exc_info:
+      path = error_reports.append_exception(record.getMessage(),
+                                            *record.exc_info)
       record.exc_info, record.exc_text = None, None
-      record.msg, record.args = _first_line(record.getMessage())[:300], ()
+      record.msg = (f"{_first_line(record.getMessage())[:300]} (traceback in "
+                    f"{path})")
+      record.args = ()
     return True
 
 
@@ -162,41 +175,6 @@ def _from_orbax(record) -> bool:
   return False
 
 
-def _quiet_checkpoint_noise() -> None:
-  """Hide the per-array noise of a failed save or restore (unless --verbose).
-
-  After a write fails, tensorstore completes the remaining writes of that
-  save and calls back into Orbax's closed asyncio loop: one 'Event loop is
-  closed' traceback per array (~250 lines for BERT-tiny). The run reports
-  the failure in one sentence (CheckpointSaveError / the quarantine warning).
-  """
-  previous = sys.excepthook
-
-  def hook(kind, value, tb):
-    if (isinstance(value, RuntimeError) and str(value) == "Event loop is closed"
-        and not _verbose()):
-      return
-    previous(kind, value, tb)
-
-  sys.excepthook = hook
-  previous_unraisable = sys.unraisablehook
-
-  def unraisable(info):
-    if not _verbose() and (
-        isinstance(info.exc_value, RuntimeError) and
-        str(info.exc_value) == "Event loop is closed" or
-        # A checkpoint that cannot be read fails one read coroutine per array
-        # (~60 lines each, with the whole TensorStore spec); the ones not
-        # awaited are printed when collected, after the restore already
-        # warned once, naming the step and the first error.
-        "/orbax/" in getattr(getattr(info.object, "cr_code", None),
-                             "co_filename", "")):
-      return
-    previous_unraisable(info)
-
-  sys.unraisablehook = unraisable
-
-
 # ------------------------------------------------------------------------------
 # Errors as sentences: one line for the user, the traceback behind --verbose.
 # ------------------------------------------------------------------------------
@@ -213,6 +191,12 @@ def _fail(message: str, argv=None):
     raise  # pylint: disable=misplaced-bare-raise
   print(f"error: {message}", file=sys.stderr)
   sys.exit(1)
+
+
+def _last_line(line: str) -> None:
+  """`line` last on stderr: later reports of libraries go to the details
+  file (error_reports.finish)."""
+  error_reports.finish(line, verbose=FLAGS.is_parsed() and FLAGS.verbose)
 
 
 def _flag_value(argv, name: str) -> str | None:
@@ -277,13 +261,11 @@ def _unexpected(e: Exception):
   """A bug or an unforeseen fault: one line, the traceback in a file."""
   if FLAGS.verbose:
     raise  # pylint: disable=misplaced-bare-raise
-  fd, path = tempfile.mkstemp(prefix="bert_jax_error_", suffix=".txt")
-  with os.fdopen(fd, "w") as f:
-    f.write(traceback.format_exc())
+  path = error_reports.append(traceback.format_exc())
   logging.error("%s: %s (traceback in %s)", type(e).__name__, _first_line(e),
                 path)
-  print(f"error: {type(e).__name__}: {_first_line(e)} (traceback in {path}; "
-        "rerun with --verbose to print it)", file=sys.stderr)
+  _last_line(f"error: {type(e).__name__}: {_first_line(e)} (traceback in "
+             f"{path}; rerun with --verbose to print it)")
   sys.exit(1)
 
 
@@ -291,7 +273,7 @@ def _unexpected(e: Exception):
 def setup() -> None:
   """Quiet the libraries and start jax.distributed when asked to."""
   logging.get_absl_handler().addFilter(_QuietLibraries())
-  _quiet_checkpoint_noise()
+  error_reports.install(_verbose)
   initialize_distributed()
 
 
@@ -327,8 +309,8 @@ def _interrupted():
   except Exception:  # pylint: disable=broad-except
     pass  # No workdir yet, or a tool without one.
   logging.error("Interrupted (Ctrl-C): stopped at once.")
-  print(f"error: Interrupted (Ctrl-C): stopped at once, without saving; "
-        f"{kept}. Run the same command to resume.", file=sys.stderr)
+  _last_line(f"error: Interrupted (Ctrl-C): stopped at once, without saving; "
+             f"{kept}. Run the same command to resume.")
   sys.exit(INTERRUPTED_EXIT)
 
 
@@ -345,8 +327,9 @@ def call(job):
       _interrupted()
     if FLAGS.verbose:
       raise
-    logging.error("%s", e)
-    print(f"error: {e}", file=sys.stderr)
+    logging.error("%s (later library messages: %s)", e,
+                  error_reports.details_path())
+    _last_line(f"error: {e}")
     sys.exit(1)
   except Exception as e:  # pylint: disable=broad-except
     if _interrupted_by_user(e):

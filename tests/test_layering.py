@@ -1,8 +1,9 @@
 """The package layering, read from the source: no cycles, no upward imports.
 
 Layers, lowest first (docs/architecture.md): config_lib; models; data;
-checkpoints; hf; pretrained; objectives; training; downstream; the modules
-every entry point shares (cli, export); the entry points. A module may import
+checkpoints; hf; pretrained; objectives; training; downstream; error_reports
+(where library reports go once a run failed); the modules every entry point
+shares (cli, export); the entry points. A module may import
 its own layer's package and anything below; nothing imports an entry point.
 An import inside a function is allowed only where it defers a heavy
 dependency (TensorFlow, torch, transformers, libtpu: seconds and hundreds of
@@ -29,6 +30,7 @@ LAYERS = (
     ("bert_jax.objectives",),
     ("bert_jax.training",),
     ("bert_jax.downstream",),
+    ("bert_jax.error_reports",),
     ("bert_jax.cli", "bert_jax.export"),
     ("bert_jax.main", "bert_jax.finetune", "bert_jax.fill_mask",
      "bert_jax.embed", "bert_jax.zero_shot"),

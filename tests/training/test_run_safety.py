@@ -12,6 +12,7 @@ import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -259,32 +260,104 @@ def test_resume_is_quiet_and_a_truncated_checkpoint_is_one_warning(two_runs):
   assert len(_ours(err)) < 30, len(_ours(err))
 
 
-def test_unread_checkpoint_coroutines_are_not_printed(monkeypatch):
+def test_unread_checkpoint_coroutines_go_to_the_details_file(monkeypatch,
+                                                            tmp_path):
   """An unreadable checkpoint of BERT-tiny (30k vocab) printed ~700 lines:
   one 'Exception ignored in: <coroutine _read_array_index_and_device_put>'
-  traceback with the whole TensorStore spec per array, when collected."""
+  traceback with the whole TensorStore spec per array, when collected. They
+  go to the details file; --verbose prints every one."""
   import types
 
   from orbax.checkpoint._src.serialization import serialization
 
-  from bert_jax import cli
-  printed = []  # What reaches the interpreter's hook (which prints).
-  monkeypatch.setattr(sys, "unraisablehook", printed.append)
-  monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)
-  cli._quiet_checkpoint_noise()
+  from bert_jax import error_reports
+  monkeypatch.setattr(error_reports, "_path", str(tmp_path / "details.txt"))
+  monkeypatch.setattr(error_reports, "_fd", None)
   coro = serialization._read_array_index_and_device_put(
       None, None, None, global_shape=None, new_shard_shape=None, dtype=None,
       byte_limiter=None, strict=None, dll=None, memory_kind=None)
   error = Exception("Encountered error while reading array index: (...)")
-  try:
+  for verbose in (False, True):
+    printed = []  # What reaches the interpreter's hook (which prints).
+    monkeypatch.setattr(sys, "unraisablehook", printed.append)
+    monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)
+    monkeypatch.setattr(threading, "excepthook", threading.__excepthook__)
+    error_reports.install(lambda v=verbose: v)
     for obj in (coro, "something else"):
       sys.unraisablehook(types.SimpleNamespace(
           exc_type=Exception, exc_value=error, exc_traceback=None,
           err_msg=None, object=obj))
-  finally:
-    coro.close()
-  # Orbax's read coroutine is dropped; other unraisable errors still print.
-  assert [info.object for info in printed] == ["something else"]
+    if verbose:
+      assert [info.object for info in printed] == [coro, "something else"]
+    else:
+      assert not printed
+      details = (tmp_path / "details.txt").read_text()
+      assert details.count("Encountered error while reading array") == 2
+      assert "_read_array_index_and_device_put" in details
+  coro.close()
+
+
+# A bert_jax.main whose failed save (the test above's full disk) is followed,
+# 1.5 s after the run has reported it, by every kind of late report Orbax
+# and TensorStore make from their own threads: a thread that dies with a
+# traceback, a raw write to file descriptor 2 (C++ logging), a Python print
+# to stderr, and an object whose __del__ fails when collected at exit.
+_LATE_REPORTS_DRIVER = """
+import os, sys, threading, time
+from bert_jax.checkpoints import manager as checkpointing
+_save_error = checkpointing.Checkpointer._save_error
+
+class Unraisable:
+  def __del__(self):
+    raise ValueError("LATE-UNRAISABLE collected at exit")
+
+def late():
+  time.sleep(1.5)
+  os.write(2, b"E1201 tensorstore.cc:1] LATE-FD2 write from C++\\n")
+  print("ValueError: OUT_OF_RANGE: LATE-PRINT", file=sys.stderr)
+  raise ValueError("OUT_OF_RANGE: LATE-THREAD Error writing opt_state")
+
+def save_error(self, step, error):
+  threading.Thread(target=late, name="async_save").start()
+  sys.modules["__main__"].keep = Unraisable()
+  return _save_error(self, step, error)
+
+checkpointing.Checkpointer._save_error = save_error
+from bert_jax import cli, main
+cli.run(main.main)
+"""
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_reports_after_the_error_line_go_to_the_details_file(tmp_path,
+                                                             verbose):
+  workdir = tmp_path / "run"
+  first = run_main(workdir, *FLAGS, f"--config.train.num_steps={SAVE_EVERY}")
+  assert first.returncode == 0, first.stderr[-3000:]
+  driver = tmp_path / "driver.py"
+  driver.write_text(_LATE_REPORTS_DRIVER)
+  cmd = [sys.executable, str(driver), *_cmd(workdir)[3:],
+         "--config.train.num_steps=60", *(["--verbose"] if verbose else [])]
+  proc = subprocess.run(cmd, cwd=REPO, env=child_env(), capture_output=True,
+                        text=True, timeout=600, preexec_fn=_file_size_limit)
+  err = proc.stderr
+  assert proc.returncode == 1, err[-3000:]
+  late = ("LATE-FD2", "LATE-PRINT", "LATE-THREAD", "LATE-UNRAISABLE")
+  if verbose:  # Everything prints where it happens.
+    assert all(word in err for word in late), err[-3000:]
+    assert "Traceback" in err
+    return
+  # The user's last line is ours, with nothing at all after it.
+  last = err.rstrip("\n").splitlines()[-1]
+  assert last.startswith("error: Saving checkpoint step "), err[-3000:]
+  assert not any(word in err for word in late), err[-3000:]
+  # Every late report is in the details file the log line names.
+  (path,) = set(re.findall(r"later library messages: (\S+bert_jax_error_"
+                           r"\S+\.txt)\)", err))
+  details = open(path).read()
+  assert all(word in details for word in late), details[-3000:]
+  assert "Traceback" in details
+  os.remove(path)
 
 
 # ------------------------------------------------------------------------------
