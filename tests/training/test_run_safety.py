@@ -183,7 +183,10 @@ def test_failed_async_save_stops_at_next_step_with_one_line(tmp_path):
       f"failed (cannot write {workdir}/checkpoints/{step}"), last
   assert "File too large" in last and f"steps {older}" in last
   # Stopped at the first step after Orbax's thread reported the failure
-  # (the one already running may still log), long before the next save.
+  # (the one already running may still log). That is before the next save
+  # unless the failing write itself outlasts SAVE_EVERY steps (under load
+  # ~9 it did: then the next save waits for it and stops the run, naming
+  # the failed step, with nothing of the next step committed).
   lines = err.splitlines()
   reported = next(i for i, ln in enumerate(lines)
                   if "Failed to run" in ln and "background save" in ln)
@@ -191,7 +194,7 @@ def test_failed_async_save_stops_at_next_step_with_one_line(tmp_path):
             for m in [re.search(r"\] step (\d+)/60", ln)] if m]
   assert len(logged) <= 1, logged
   steps = [int(m) for m in re.findall(r"\] step (\d+)/60", err)]
-  assert step <= max(steps) < step + SAVE_EVERY, steps
+  assert step <= max(steps) <= step + SAVE_EVERY, steps
   # One line per error, not hundreds of lines of tracebacks.
   assert "Traceback" not in err and "Event loop is closed" not in err
   # The older checkpoints are intact and the newest of them restores.
