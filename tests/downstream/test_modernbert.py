@@ -225,6 +225,9 @@ def test_token_and_span_exports_load_in_their_class_with_our_logits(
   for name in names:
     mine, theirs = np.asarray(ours[name]), got[name].numpy()
     assert mine.shape == theirs.shape, name
+    print(f"{kind} {name}: max |ours - PyTorch| = "
+          f"{np.abs(mine[real] - theirs[real]).max():.2g} at max |logit| "
+          f"{np.abs(theirs).max():.2g}")
     np.testing.assert_allclose(mine[real], theirs[real], atol=1e-4,
                                rtol=1e-4, err_msg=name)
 

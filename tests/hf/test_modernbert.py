@@ -271,6 +271,9 @@ def test_per_token_head_of_transformers_random_init_goes_both_ways(
   for name, x in ours.items():
     assert x.shape == want[name].shape, name
     assert np.abs(want[name]).max() > 0.5, name  # Not trivially small.
+    print(f"{kind} {name}: max |ours - PyTorch| = "
+          f"{np.abs(real(x, mask) - real(want[name], mask)).max():.2g} at "
+          f"max |logit| {np.abs(want[name]).max():.2g}")
     np.testing.assert_allclose(real(x, mask), real(want[name], mask),
                                atol=1e-4, rtol=1e-4, err_msg=name)
   out = str(tmp_path / "ours")
