@@ -238,6 +238,7 @@ def test_finetune_objective_per_task_kind(hf_dir):
   pretraining directory or a fine-tuned head of any kind), BERT's for a
   family that names none (None: the BertModel encoder)."""
   from bert_jax import config_lib
+  from bert_jax import objectives
   from bert_jax.downstream import finetuning
   want = {"sentence": "modernbert_classify",
           "token": "modernbert_token_classify", "span": "modernbert_span_qa"}
@@ -250,6 +251,16 @@ def test_finetune_objective_per_task_kind(hf_dir):
     got = {k: finetuning.finetune_objective(source, m).name
            for k, m in finetuning.KINDS.items()}
     assert got == want, source.objective
+  # Each head takes the source's encoder and prediction head (what HF's
+  # from_pretrained of the class keeps from a ModernBertForMaskedLM); its
+  # classifier stays fresh.
+  source = {"model": object(), "head": object(), "decoder": object()}
+  for name in want.values():
+    fresh = {"model": 0, "head": 0, "classifier": object()}
+    got = objectives.get(name).finetune_params(source, fresh)
+    assert set(got) == set(fresh), name
+    assert got["model"] is source["model"] and got["head"] is source["head"]
+    assert got["classifier"] is fresh["classifier"], name
   bert = pretrained.Source(pretrained.WORKDIR, "/bert",
                            config=config_lib.complete({}))
   assert {k: finetuning.finetune_objective(bert, m).name
