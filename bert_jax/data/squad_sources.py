@@ -107,17 +107,10 @@ def read_json(path: str) -> tuple[list[QAExample], bool]:
 def read_tfds(name: str, split: str, data_dir: str) -> list[QAExample]:
   """A prepared TFDS ``squad/v1.1`` or ``squad/v2.0`` split."""
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  try:
+  with task_sources.prepared_tfds(name, split, data_dir):
     ds = tfds.load(name, split=split, data_dir=data_dir or None,
                    download=False, shuffle_files=False,
                    read_config=tfds.ReadConfig(try_autocache=False))
-  except (AssertionError, FileNotFoundError, ValueError,
-          tfds.core.registered.DatasetNotFoundError) as e:
-    raise FileNotFoundError(
-        f"TFDS dataset {name!r} split {split!r} is not prepared in "
-        f"tfds_data_dir={data_dir!r}; "
-        f"{task_sources.prepare_hint(name, data_dir)}. "
-        f"({type(e).__name__}: {str(e)[:200]})") from e
   dec = lambda b: b.decode("utf-8") if isinstance(b, bytes) else str(b)
   out = []
   for ex in tfds.as_numpy(ds):

@@ -17,6 +17,7 @@ same ids. Bad rows are counted and skipped, never crash and never shift labels.
 from __future__ import annotations
 
 import collections
+import contextlib
 import csv
 import dataclasses
 import io
@@ -114,6 +115,23 @@ def prepare_hint(name: str, data_dir: str) -> str:
           "the directory here or to a bucket")
 
 
+@contextlib.contextmanager
+def prepared_tfds(name: str, split: str, data_dir: str):
+  """Opening a TFDS split inside this block: a split that is not prepared
+  in `data_dir` (TFDS raises one of four errors, by how it is missing)
+  becomes one FileNotFoundError that names it and says how to prepare it
+  (nothing is downloaded at run time). Every task kind reads TFDS here."""
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  try:
+    yield
+  except (AssertionError, FileNotFoundError, ValueError,
+          tfds.core.registered.DatasetNotFoundError) as e:
+    raise FileNotFoundError(
+        f"TFDS dataset {name!r} split {split!r} is not prepared in "
+        f"tfds_data_dir={data_dir!r}; {prepare_hint(name, data_dir)}. "
+        f"({type(e).__name__}: {str(e)[:200]})") from e
+
+
 def read_glue(spec: TaskSpec, split: str, data_dir: str) -> Rows:
   """Reads a whole GLUE split from ``data_dir`` (never downloads).
 
@@ -121,16 +139,10 @@ def read_glue(spec: TaskSpec, split: str, data_dir: str) -> Rows:
   per process (see its docstring for why).
   """
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  try:
+  with prepared_tfds(spec.name, split, data_dir):
     ds = tfds.load(spec.name, split=split, data_dir=data_dir or None,
                    download=False, shuffle_files=False,
                    read_config=tfds.ReadConfig(try_autocache=False))
-  except (AssertionError, FileNotFoundError, ValueError,
-          tfds.core.registered.DatasetNotFoundError) as e:
-    raise FileNotFoundError(
-        f"TFDS dataset {spec.name!r} split {split!r} is not prepared in "
-        f"tfds_data_dir={data_dir!r}; {prepare_hint(spec.name, data_dir)}. "
-        f"({type(e).__name__}: {str(e)[:200]})") from e
   cols = {k: [] for k in (*spec.text_keys, spec.label_key)}
   for batch in tfds.as_numpy(ds.batch(4096)):
     for k in cols:

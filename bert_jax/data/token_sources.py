@@ -150,18 +150,11 @@ def read_tfds(name: str, split: str, data_dir: str
   """A prepared TFDS token task -> (sentences, its ClassLabel tag names)."""
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   _, tokens_key, tags_key = TFDS_TASKS[name]
-  try:
+  with task_sources.prepared_tfds(name, split, data_dir):
     builder = tfds.builder(name, data_dir=data_dir or None)
     names = list(builder.info.features[tags_key].feature.names)
     ds = builder.as_dataset(split=split, shuffle_files=False,
                             read_config=tfds.ReadConfig(try_autocache=False))
-  except (AssertionError, FileNotFoundError, ValueError,
-          tfds.core.registered.DatasetNotFoundError) as e:
-    raise FileNotFoundError(
-        f"TFDS dataset {name!r} split {split!r} is not prepared in "
-        f"tfds_data_dir={data_dir!r}; "
-        f"{task_sources.prepare_hint(name, data_dir)}. "
-        f"({type(e).__name__}: {str(e)[:200]})") from e
   words, tags, where = [], [], []
   for i, ex in enumerate(tfds.as_numpy(ds)):
     w = [x.decode("utf-8", "replace") for x in ex[tokens_key]]

@@ -34,6 +34,7 @@ import numpy as np
 import sentencepiece as spm
 import tokenizers as hf_tok
 from absl import logging
+from jax.experimental import multihost_utils
 from sentencepiece import sentencepiece_model_pb2 as pb
 from tokenizers import models
 from tokenizers import normalizers
@@ -453,7 +454,7 @@ def load_tokenizer(data: ml_collections.ConfigDict,
   With ``data.tokenizer_path`` empty, a ``data.tokenizer_type`` tokenizer of
   ``data.tokenizer_vocab_size`` is trained on the training sources and cached
   at :func:`cache_path`. In a multi-process run only process 0 trains; the
-  others wait (up to an hour) for the file to appear.
+  others wait for its outcome (a broadcast: they stop with it if it fails).
   """
   if data.tokenizer_type not in (SENTENCEPIECE, WORDPIECE):
     raise ValueError(f"data.tokenizer_type={data.tokenizer_type!r} must be "
@@ -474,27 +475,24 @@ def load_tokenizer(data: ml_collections.ConfigDict,
   plan = data_sources.plan(data, workdir)
   path = cache_path(data, workdir, plan)
   if not tf.io.gfile.exists(path):
-    if _process_index() == 0:
-      sentences = training_sentences(data, workdir, plan=plan)  # checks first
-      logging.info("Training a %s tokenizer (vocab %d) into %s",
-                   data.tokenizer_type, data.tokenizer_vocab_size, path)
-      t0 = time.time()
-      train(data.tokenizer_type, sentences,
-            data.tokenizer_vocab_size, data.lower_case, path,
-            max_line_bytes=int(data.max_line_bytes))
-      logging.info("Tokenizer trained in %.1fs.", time.time() - t0)
-    else:
-      deadline = time.time() + 3600
-      while not tf.io.gfile.exists(path):
-        if time.time() > deadline:
-          raise ValueError(f"Timed out waiting for process 0 to write {path}.")
-        time.sleep(2)
+    error = None
+    if jax.process_index() == 0:
+      try:
+        sentences = training_sentences(data, workdir, plan=plan)  # checks 1st
+        logging.info("Training a %s tokenizer (vocab %d) into %s",
+                     data.tokenizer_type, data.tokenizer_vocab_size, path)
+        t0 = time.time()
+        train(data.tokenizer_type, sentences, data.tokenizer_vocab_size,
+              data.lower_case, path, max_line_bytes=int(data.max_line_bytes))
+        logging.info("Tokenizer trained in %.1fs.", time.time() - t0)
+      except Exception as e:  # pylint: disable=broad-except
+        error = e  # Raised below, after the others have heard of it.
+    # The others wait for process 0's outcome, not for a file that a failed
+    # process 0 never writes.
+    if jax.process_count() > 1 and multihost_utils.broadcast_one_to_all(
+        np.int32(error is not None)) and error is None:
+      error = ValueError(f"Process 0 could not train the tokenizer {path} "
+                         "(its log says why).")
+    if error is not None:
+      raise error
   return load(path, data.tokenizer_type, data.lower_case)
-
-
-def _process_index() -> int:
-  """jax.process_index(), or 0 where JAX is absent or not initialized."""
-  try:
-    return jax.process_index()
-  except Exception:  # pylint: disable=broad-except
-    return 0

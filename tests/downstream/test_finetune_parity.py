@@ -12,7 +12,6 @@ at 1.0 with the norm in float64. fp32, dropout 0. The reference imports
 nothing from bert_jax: it reads the directory and the saved batches.
 """
 
-import math
 import os
 
 import jax
@@ -20,6 +19,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import tiny_models
+from tests.helpers import torch_reference
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -77,8 +77,7 @@ def _our_run(base):
 
   batches = [next(task_input.train_iter) for _ in range(NUM_STEPS)]
   batch_path = os.path.join(base, "batches.npz")
-  np.savez(batch_path, **{f"{i}/{k}": v for i, b in enumerate(batches)
-                          for k, v in b.items()})
+  torch_reference.save_batches(batch_path, batches)
   losses, norms = [], []
   for local in batches:
     batch = sharding.global_batch(local, programs.batch_sharding)
@@ -98,59 +97,25 @@ def _our_run(base):
 # -----------------------------------------------------------------------------
 # Reference: Hugging Face PyTorch, nothing from bert_jax.
 # -----------------------------------------------------------------------------
-def _load_batches(path):
-  data = np.load(path)
-  n = 1 + max(int(k.split("/")[0]) for k in data.files)
-  return [{k.split("/")[1]: data[k] for k in data.files
-           if k.startswith(f"{i}/")} for i in range(n)]
+def _classification_loss(model, b):
+  """HF BertForSequenceClassification's logits, our weighted mean CE."""
+  logits = model(input_ids=b["input_ids"].long(),
+                 attention_mask=b["input_mask"].long(),
+                 token_type_ids=b["segment_ids"].long()).logits
+  w = b["example_weights"].float()
+  nll = torch.nn.functional.cross_entropy(logits, b["labels"].long(),
+                                          reduction="none")
+  return (w * nll).sum() / w.sum().clamp(min=1.0)
 
 
-def reference_losses(model_dir, batch_path, *, lr, warmup, steps, betas, eps,
-                     weight_decay, max_grad_norm, clip=True):
-  """Per-step losses of HF BertForSequenceClassification + torch AdamW."""
-  torch.manual_seed(0)
+def reference_losses(model_dir, batch_path, **hparams):
+  """Per-step losses of HF BertForSequenceClassification + torch AdamW
+  (tests/helpers/torch_reference.py: the loop every parity test shares)."""
   model = transformers.BertForSequenceClassification.from_pretrained(
       model_dir, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
       attn_implementation="eager", dtype=torch.float32)
-  model.train()
-  no_decay = [p for n, p in model.named_parameters()
-              if n.endswith("bias") or "LayerNorm" in n]
-  decay = [p for n, p in model.named_parameters()
-           if not (n.endswith("bias") or "LayerNorm" in n)]
-  opt = torch.optim.AdamW(
-      [dict(params=decay, weight_decay=weight_decay),
-       dict(params=no_decay, weight_decay=0.0)],
-      lr=lr, betas=tuple(betas), eps=eps)
-
-  def factor(step):  # Linear warmup to 1, then linear decay to 0.
-    if step < warmup:
-      return step / max(1, warmup)
-    return max(0.0, (steps - step) / max(1, steps - warmup))
-
-  schedule = torch.optim.lr_scheduler.LambdaLR(opt, factor)
-  losses = []
-  for batch in _load_batches(batch_path)[:steps]:
-    logits = model(
-        input_ids=torch.from_numpy(batch["input_ids"]).long(),
-        attention_mask=torch.from_numpy(batch["input_mask"]).long(),
-        token_type_ids=torch.from_numpy(batch["segment_ids"]).long()).logits
-    labels = torch.from_numpy(batch["labels"]).long()
-    w = torch.from_numpy(batch["example_weights"]).float()
-    nll = torch.nn.functional.cross_entropy(logits, labels, reduction="none")
-    loss = (w * nll).sum() / w.sum().clamp(min=1.0)
-    opt.zero_grad()
-    loss.backward()
-    if clip:  # Global norm in float64 (torch's float32 norm reads low).
-      norm = math.sqrt(sum(float(p.grad.double().pow(2).sum())
-                           for p in model.parameters() if p.grad is not None))
-      if norm > max_grad_norm:
-        for p in model.parameters():
-          if p.grad is not None:
-            p.grad.mul_(max_grad_norm / norm)
-    opt.step()
-    schedule.step()
-    losses.append(float(loss.detach()))
-  return np.array(losses)
+  return torch_reference.train_losses(model, batch_path, _classification_loss,
+                                      **hparams)
 
 
 @pytest.fixture(scope="module")

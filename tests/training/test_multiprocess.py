@@ -192,6 +192,50 @@ def test_main_cli_trains_with_two_processes(tmp_path):
   assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2", "4"]
 
 
+# Process 0's tokenizer training fails (a bad corpus, a full disk): the
+# others waited up to an hour for the file it never wrote.
+_FAILING_TOKENIZER_DRIVER = """
+import jax
+from bert_jax.data import tokenizers
+
+def train(*args, **kwargs):
+  if jax.process_index() == 0:
+    raise ValueError("TOKENIZER-FAILED on process 0")
+  raise AssertionError("only process 0 trains the tokenizer")
+
+tokenizers.train = train
+from bert_jax import cli, main
+cli.run(main.main)
+"""
+
+
+def test_a_failed_tokenizer_on_process_0_stops_every_process(tmp_path):
+  port, workdir = free_port(), str(tmp_path / "w")
+  driver = tmp_path / "driver.py"
+  driver.write_text(_FAILING_TOKENIZER_DRIVER)
+  cmd = [sys.executable, str(driver), "--config",
+         os.path.join(REPO, "configs", "tiny.py"), "--workdir", workdir,
+         *TINY_OVERRIDES, "--config.train.num_steps=2",
+         "--config.mesh.data=2", f"--coordinator_address=127.0.0.1:{port}",
+         "--num_processes=2"]
+  procs = [subprocess.Popen(cmd + [f"--process_id={i}"],
+                            env=helpers.child_env(1), cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True) for i in range(2)]
+  try:  # Not the old hour of polling: both stop with process 0's failure.
+    logs = [p.communicate(timeout=300)[0] for p in procs]
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+  assert [p.returncode for p in procs] == [1, 1], logs
+  last = [log.rstrip("\n").splitlines()[-1] for log in logs]
+  assert last[0] == "error: TOKENIZER-FAILED on process 0", logs[0][-3000:]
+  assert last[1].startswith("error: Process 0 could not train the "
+                            "tokenizer "), logs[1][-3000:]
+  assert "(its log says why)" in last[1]
+
+
 if __name__ == "__main__":
   if sys.argv[1] == "worker":
     worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5],
