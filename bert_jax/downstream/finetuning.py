@@ -18,6 +18,9 @@ Task kinds (`task.kind`, else from `task.name`), each one module:
   sentence  `sentence_tasks`: GLUE, CSV / TSV / JSONL; `classify`
   token     `token_tasks`: CoNLL, JSONL, TFDS conll2003; `token_classify`
   span      `span_tasks`: SQuAD v1.1 / v2.0 JSON or TFDS; `span_qa`
+(BERT's heads, for BERT, ALBERT, ELECTRA and DistilBERT sources; a family
+with heads of its own names them per kind, `Objective.finetune_objectives`:
+ModernBERT's modernbert_classify / _token_classify / _span_qa).
 A kind module gives KIND, OBJECTIVE, `read(config, label_dir)` -> (task,
 train, {split: eval}) (every check on the task's data, nothing written),
 `save(workdir, task)` (its label_map.json, after every check), `Input(config,
@@ -134,7 +137,8 @@ def encoder_model_config(source):
 
 def resolve_config(config, source, task, num_train: int):
   """The run's full config: the checkpoint's architecture, the task kind's
-  objective (the source family's, ``finetune_objective``) and head width,
+  objective (the source family's head of that kind,
+  ``finetune_objective``) and head width,
   and num_steps / warmup_steps derived from epochs (over `num_train`
   training rows or windows) when unset."""
   kind = task_kind(config)
@@ -219,21 +223,21 @@ def _global_rows(local: np.ndarray) -> np.ndarray:
 # One fine-tuning run.
 # ==============================================================================
 def finetune_objective(source, kind=sentence_tasks):
-  """The objective that fine-tunes `source` for a task of `kind`: a
-  sentence task its family's classifier (``Objective.finetune_objective``),
-  else BERT's "classify"; a token or span task the kind's head on the
-  BertModel encoder. A family with a classifier of its own (ModernBERT) has
-  no token or span head: one line says so."""
+  """The objective that fine-tunes `source` for a task of `kind`: its
+  family's for that kind (``Objective.finetune_objectives``: ModernBERT's
+  own heads), else BERT's head of the kind on the BertModel encoder
+  (``kind.OBJECTIVE``). A family that names heads but none for `kind`
+  cannot fine-tune it: one line says so."""
   objective = objectives.get(source.objective)
-  if kind is sentence_tasks:
-    return objectives.get(objective.finetune_objective or kind.OBJECTIVE)
-  if objective.finetune_objective is not None:
+  heads = objective.finetune_objectives
+  if heads is None:
+    return objectives.get(kind.OBJECTIVE)
+  if kind.KIND not in heads:
     raise ValueError(
         f"task.kind={kind.KIND!r}: train.init_from={source.path} is a "
         f"{source.objective} checkpoint, which has no {kind.KIND} head here "
-        f"(only sentence tasks: {objective.finetune_objective}); token and "
-        "span tasks fine-tune BERT, ALBERT, ELECTRA or DistilBERT encoders.")
-  return objectives.get(kind.OBJECTIVE)
+        f"(its task kinds: {', '.join(sorted(heads))}).")
+  return objectives.get(heads[kind.KIND])
 
 
 def _with_encoder(fresh_params, encoder, filled=frozenset()

@@ -5,7 +5,8 @@ Read (``data/squad_sources``: SQuAD JSON, TFDS ``squad/v1.1`` /
 ``squad/v2.0``), featurized with the checkpoint's tokenizer
 (``data/span_features``: ``[CLS] q [SEP] context [SEP]`` windows with
 character offsets), trained with the ``span_qa`` objective
-(``BertForQuestionAnswering``), answered by ``span_answers`` (n-best spans
+(``BertForQuestionAnswering``; a ModernBERT source ``modernbert_span_qa``),
+answered by ``span_answers`` (n-best spans
 over windows, v2 null odds against ``task.null_score_diff_threshold``) and
 scored by the official EM / F1 (``squad_metrics``). Each eval split writes
 ``predictions/<split>/predictions.json`` ({question id: answer text}),

@@ -3,7 +3,8 @@
 Read (``data/token_sources``: CoNLL columns, JSONL, TFDS ``conll2003``),
 featurized with the checkpoint's tokenizer (``data/token_features``: first
 sub-token labelled, overlapping windows, every word predicted once), trained
-with the ``token_classify`` objective (``BertForTokenClassification``), and
+with the ``token_classify`` objective (``BertForTokenClassification``; a
+ModernBERT source ``modernbert_token_classify``), and
 scored per word with conlleval's entity precision / recall / F1, micro and per
 type, and token accuracy (``entity_metrics``). The predictions file of each
 eval split is ``predictions/<split>/predictions.conll``: ``word gold

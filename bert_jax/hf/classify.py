@@ -248,7 +248,8 @@ def token_classification_fields(model_config, label_names=()) -> dict:
   return fields
 
 
-def _qa_fields(model_config, label_names=()) -> dict:
+def qa_fields(model_config, label_names=()) -> dict:
+  """config.json entries of HF question answering: num_labels=2."""
   del model_config, label_names
   return dict(num_labels=2)  # HF sizes qa_outputs by num_labels: start, end.
 
@@ -265,7 +266,7 @@ def _qa_model(model_config, rngs):
 _PER_TOKEN = {
     TOKEN: ("ForTokenClassification", "classifier", _token_model,
             token_classification_fields),
-    SPAN: ("ForQuestionAnswering", "qa_outputs", _qa_model, _qa_fields),
+    SPAN: ("ForQuestionAnswering", "qa_outputs", _qa_model, qa_fields),
 }
 
 

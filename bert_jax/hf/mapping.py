@@ -167,6 +167,8 @@ TABLE_MODULES = {
     "electra_generator": "bert_jax.hf.electra",
     "modernbert": "bert_jax.hf.modernbert",
     "modernbert_classify": "bert_jax.hf.modernbert",
+    "modernbert_token_classify": "bert_jax.hf.modernbert",
+    "modernbert_qa": "bert_jax.hf.modernbert",
     # Fine-tuned classifiers, one per encoder family.
     "bert_classify": "bert_jax.hf.classify",
     "albert_classify": "bert_jax.hf.classify",

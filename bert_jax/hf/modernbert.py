@@ -1,7 +1,11 @@
 """ModernBERT's Hugging Face tables: ``modernbert`` (ModernBertForMaskedLM;
-a ModernBertModel directory imports with a fresh head) and
-``modernbert_classify`` (ModernBertForSequenceClassification), with the
-config.json conversion both ways.
+a ModernBertModel directory imports with a fresh head), and the fine-tuned
+heads ``modernbert_classify`` (ModernBertForSequenceClassification),
+``modernbert_token_classify`` (ModernBertForTokenClassification) and
+``modernbert_qa`` (ModernBertForQuestionAnswering), with the config.json
+conversion both ways. Each head table is the encoder, the prediction head
+and ``classifier``; from a masked-LM directory the head loads (as in HF)
+and the classifier is fresh.
 
 Our tree mirrors HF's module names in snake case (``attn.Wqkv`` ->
 ``attn.wqkv``). Two kernels are fused in HF and stored with their parts on
@@ -169,11 +173,6 @@ def _mlm(model_config, rngs):
   return model_lib.ModernBertForMaskedLM(model_config, rngs=rngs)
 
 
-def _classify(model_config, rngs):
-  return model_lib.ModernBertForSequenceClassification(model_config,
-                                                       rngs=rngs)
-
-
 MODERNBERT = mapping.register(mapping.Family(
     name="modernbert", model_type="modernbert", make_model=_mlm,
     rows=_ENCODER + _HEAD + (_row("decoder.bias", "decoder.bias"),),
@@ -189,25 +188,47 @@ MODERNBERT = mapping.register(mapping.Family(
 ))
 
 
-def _classify_to_hf(mc, pad_token_id: int = 0) -> dict:
-  return dict(config_to_hf(mc, pad_token_id),
-              architectures=["ModernBertForSequenceClassification"])
+def _with_architecture(architecture: str):
+  """config_to_hf naming a fine-tuned head's class."""
+  def write(mc, pad_token_id: int = 0) -> dict:
+    return dict(config_to_hf(mc, pad_token_id), architectures=[architecture])
+  return write
 
 
-MODERNBERT_CLASSIFY = mapping.register(mapping.Family(
-    name="modernbert_classify", model_type="modernbert",
-    make_model=_classify,
-    rows=_ENCODER + _HEAD + (
-        _row("classifier.kernel", "classifier.weight", True),
-        _row("classifier.bias", "classifier.bias")),
-    # From a masked-LM directory the head loads (as in HF) and the
-    # classifier is fresh; from a bare ModernBertModel both are.
-    heads={"head": "head", "classifier": "classifier"},
-    architectures=(("classifier.", "ModernBertForSequenceClassification"),),
-    default_architecture="ModernBertModel", base_prefix="model.",
-    shape_fields=_SHAPE_FIELDS, first_layer=_FIRST_LAYER,
-    export_architecture="ModernBertForSequenceClassification",
-    objectives=("modernbert_classify",),
-    config_fields=hf_classify.classification_fields,
-    config_to_hf=_classify_to_hf, config_from_hf=config_from_hf,
-))
+def _register_head(name: str, architecture: str, model_class,
+                   objective: str, config_fields, shape_fields
+                   ) -> mapping.Family:
+  """A fine-tuned head's table: encoder, prediction head, classifier."""
+  return mapping.register(mapping.Family(
+      name=name, model_type="modernbert",
+      make_model=lambda model_config, rngs: model_class(model_config,
+                                                        rngs=rngs),
+      rows=_ENCODER + _HEAD + (
+          _row("classifier.kernel", "classifier.weight", True),
+          _row("classifier.bias", "classifier.bias")),
+      # From a masked-LM directory the head loads (as in HF) and the
+      # classifier is fresh; from a bare ModernBertModel both are.
+      heads={"head": "head", "classifier": "classifier"},
+      architectures=(("classifier.", architecture),),
+      default_architecture="ModernBertModel", base_prefix="model.",
+      shape_fields=shape_fields, first_layer=_FIRST_LAYER,
+      export_architecture=architecture, objectives=(objective,),
+      config_fields=config_fields,
+      config_to_hf=_with_architecture(architecture),
+      config_from_hf=config_from_hf))
+
+
+_NO_LABELS = {k: v for k, v in _SHAPE_FIELDS.items() if k != "classifier"}
+
+MODERNBERT_CLASSIFY = _register_head(
+    "modernbert_classify", "ModernBertForSequenceClassification",
+    model_lib.ModernBertForSequenceClassification, "modernbert_classify",
+    hf_classify.classification_fields, _SHAPE_FIELDS)
+MODERNBERT_TOKEN_CLASSIFY = _register_head(
+    "modernbert_token_classify", "ModernBertForTokenClassification",
+    model_lib.ModernBertForTokenClassification, "modernbert_token_classify",
+    hf_classify.token_classification_fields, _SHAPE_FIELDS)
+MODERNBERT_QA = _register_head(
+    "modernbert_qa", "ModernBertForQuestionAnswering",
+    model_lib.ModernBertForQuestionAnswering, "modernbert_span_qa",
+    hf_classify.qa_fields, _NO_LABELS)

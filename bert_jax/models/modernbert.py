@@ -1,5 +1,6 @@
 """ModernBERT (Warner et al. 2024) in Flax NNX, equal to Hugging Face's
-``ModernBertForMaskedLM`` / ``ModernBertForSequenceClassification``.
+``ModernBertForMaskedLM``, ``ModernBertForSequenceClassification``,
+``ModernBertForTokenClassification`` and ``ModernBertForQuestionAnswering``.
 
   token embeddings -> LayerNorm -> L pre-norm blocks -> final LayerNorm
   block i:  x += Attention(LN(x))   (no LN before the first block, as HF)
@@ -268,6 +269,61 @@ class ModernBertForSequenceClassification(nnx.Module):
                           rngs=rngs)
     return (pooled.astype(jnp.float32) @ self.classifier.kernel[...]
             + self.classifier.bias[...]).astype(jnp.float32)
+
+
+class _PerTokenHead(nnx.Module):
+  """Encoder, head, dropout and a classifier with bias at every position
+  (HF ``ModernBertForTokenClassification`` / ``ForQuestionAnswering``;
+  dropout model.classifier_dropout_prob): logits [B, T, outputs] float32."""
+
+  def __init__(self, config, outputs: int, *, rngs: nnx.Rngs):
+    self.model = ModernBertModel(config, rngs=rngs)
+    self.head = PredictionHead(config, rngs=rngs)
+    self.dropout = nnx.Dropout(config.classifier_dropout_prob)
+    self.classifier = Dense(
+        config, config.hidden_size, outputs, ("embed", "classes"),
+        rngs=rngs, init=truncated_normal_init(_std(config, "final"), CUTOFF,
+                                              ("embed", "classes")))
+
+  def per_token(self, input_ids, input_mask, *, deterministic, rngs):
+    seq = self.model(input_ids, input_mask, deterministic=deterministic,
+                     rngs=rngs)
+    h = self.dropout(self.head(seq), deterministic=deterministic, rngs=rngs)
+    return (jnp.einsum("btd,dc->btc", h.astype(jnp.float32),
+                       self.classifier.kernel[...])
+            + self.classifier.bias[...]).astype(jnp.float32)
+
+
+class ModernBertForTokenClassification(_PerTokenHead):
+  """A tag per position (HF ``ModernBertForTokenClassification``):
+  `config.num_labels` outputs."""
+
+  def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
+    super().__init__(config, config.num_labels, rngs=rngs)
+
+  def __call__(self, input_ids, input_mask, segment_ids=None, *,
+               deterministic=True, rngs=None):
+    """Returns logits [B, T, num_labels] in float32."""
+    del segment_ids  # No segment embeddings.
+    return self.per_token(input_ids, input_mask, deterministic=deterministic,
+                          rngs=rngs)
+
+
+class ModernBertForQuestionAnswering(_PerTokenHead):
+  """Answer start and end per position (HF
+  ``ModernBertForQuestionAnswering``: a 2-output classifier split in two;
+  nothing masked, as HF: ``objectives.span_qa`` masks the padding)."""
+
+  def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
+    super().__init__(config, 2, rngs=rngs)
+
+  def __call__(self, input_ids, input_mask, segment_ids=None, *,
+               deterministic=True, rngs=None):
+    """Returns (start, end) logits [B, T] in float32."""
+    del segment_ids
+    logits = self.per_token(input_ids, input_mask,
+                            deterministic=deterministic, rngs=rngs)
+    return logits[..., 0], logits[..., 1]
 
 
 def validate_model_config(config: ml_collections.ConfigDict) -> None:

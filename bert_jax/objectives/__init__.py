@@ -18,6 +18,7 @@ plug in their own variants without patching module globals.
   modernbert_classify.py  the same on a ModernBERT encoder
   token_classify.py  fine-tuning: token tagging (NER)
   span_qa.py       fine-tuning: extractive QA (answer start and end)
+  modernbert_token_classify.py, modernbert_span_qa.py  the two on ModernBERT
 
 Loss normalisation is global: ``loss_sums`` returns per-batch SUMS (so that
 microbatches and devices add up) including count entries, ``counts`` gives
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -111,10 +112,12 @@ class Objective:
   # (embeddings, embeddings_project when E != H, layers, pooler if trained).
   # None: params["bert"].
   encoder_params: Callable[..., Any] | None = None
-  # The objective that fine-tunes this family's runs as a sequence
-  # classifier (downstream/finetuning.py); None: "classify"
-  # (BertForSequenceClassification).
-  finetune_objective: str | None = None
+  # The objectives that fine-tune this family's runs, by task kind
+  # ("sentence", "token", "span": downstream/finetuning.py's KINDS) ->
+  # objective name; a kind left out is one that family cannot fine-tune.
+  # None: BERT's heads on the BertModel encoder (classify, token_classify,
+  # span_qa).
+  finetune_objectives: Mapping[str, str] | None = None
   # With its own classifier: (params of the source in this family's tree,
   # fresh classifier params) -> the classifier's params (what it takes over
   # from the source). None: the BertModel hooks above.
@@ -130,6 +133,9 @@ _MODULES = {
     "distil": "bert_jax.objectives.distil",
     "modernbert": "bert_jax.objectives.modernbert",
     "modernbert_classify": "bert_jax.objectives.modernbert_classify",
+    "modernbert_span_qa": "bert_jax.objectives.modernbert_span_qa",
+    "modernbert_token_classify":
+        "bert_jax.objectives.modernbert_token_classify",
     "span_qa": "bert_jax.objectives.span_qa",
     "token_classify": "bert_jax.objectives.token_classify",
 }

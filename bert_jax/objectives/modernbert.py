@@ -8,9 +8,12 @@ tokens with RoPE base 10,000 on every layer, then a context extension to
 8,192 with the global layers' base raised to 160,000 (``train.phases`` with
 a "model" entry; Hugging Face's ModernBertConfig holds the extended
 model's values).
-Fine-tuning goes through ``modernbert_classify``
-(ModernBertForSequenceClassification), which takes this run's encoder and
-prediction head, as Hugging Face does from a ModernBertForMaskedLM.
+Fine-tuning goes through ``modernbert_classify``,
+``modernbert_token_classify`` and ``modernbert_span_qa``
+(ModernBertForSequenceClassification, ForTokenClassification,
+ForQuestionAnswering: ``FINETUNE_OBJECTIVES``), which take this run's
+encoder and prediction head, as Hugging Face does from a
+ModernBertForMaskedLM.
 """
 
 from __future__ import annotations
@@ -116,10 +119,28 @@ def validate(config) -> None:
   data_checks.check_pretraining(config)
 
 
+# The objective that fine-tunes a ModernBERT run (this one's or a
+# fine-tuned head's) per task kind (downstream/finetuning.py): each keeps
+# the encoder and the prediction head (finetune_params).
+FINETUNE_OBJECTIVES = {"sentence": "modernbert_classify",
+                       "token": "modernbert_token_classify",
+                       "span": "modernbert_span_qa"}
+
+
 def finetune_params(pretrained, fresh) -> dict:
   """A classifier's params: the pretrained encoder and prediction head (as
   HF loads ``head.*`` from a ModernBertForMaskedLM), a fresh classifier."""
   return dict(fresh, model=pretrained["model"], head=pretrained["head"])
+
+
+def per_token_flops(config, work: flops_lib.Work, outputs: int) -> float:
+  """A per-token fine-tuning head's step on `work` (token tagging, QA):
+  the encoder, then the prediction head (d -> d) and a classifier of
+  `outputs` on each token."""
+  d = int(config.model.hidden_size)
+  return (flops_lib.modernbert_encoder_flops(config.model, work,
+                                             config.data.seq_length)
+          + work.tokens * 6.0 * d * (d + int(outputs)))
 
 
 OBJECTIVE = Objective(
@@ -129,5 +150,5 @@ OBJECTIVE = Objective(
     # Exported by the default path: table "modernbert" (its objectives),
     # the model config of the checkpoint's phase (pretrained.py).
     flops=flops_lib.modernbert_flops,
-    validate=validate, finetune_objective="modernbert_classify",
+    validate=validate, finetune_objectives=FINETUNE_OBJECTIVES,
     finetune_params=finetune_params, packing=True)

@@ -32,5 +32,5 @@ OBJECTIVE = Objective(
     counts=classify.counts, loss=classify.loss, metrics=classify.metrics,
     log_keys=classify.OBJECTIVE.log_keys, predict=classify.predict,
     validate=validate,
-    finetune_objective="modernbert_classify",
+    finetune_objectives=modernbert.FINETUNE_OBJECTIVES,
     finetune_params=modernbert.finetune_params)

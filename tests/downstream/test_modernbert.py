@@ -1,7 +1,9 @@
 """Downstream on ModernBERT: fine-tuning from a ModernBERT Hugging Face
 directory learns the keyword task and exports a
-ModernBertForSequenceClassification with our logits; sentence embeddings
-equal transformers' hidden states, layer by layer."""
+ModernBertForSequenceClassification with our logits; a token (NER) and a
+span (SQuAD 2.0) task fine-tune ModernBERT's own heads and export as
+ModernBertForTokenClassification / ForQuestionAnswering with our logits;
+sentence embeddings equal transformers' hidden states, layer by layer."""
 
 import json
 import os
@@ -109,27 +111,190 @@ def test_embeddings_equal_transformers_hidden_states(hf_dir, layer):
     np.testing.assert_allclose(ours[i], h.mean(0), atol=1e-4)
 
 
-@pytest.mark.parametrize("kind", ["token", "span"])
-def test_token_and_span_tasks_are_refused_in_one_line(hf_dir, tmp_path,
-                                                      kind):
-  """ModernBERT has a sequence classifier only here: a token or span task
-  from it is one error naming the checkpoint and what it can do, raised
-  before anything is written."""
+# --- token and span tasks ------------------------------------------------------
+SEQ = 64  # Longer than the 8-token window (family_config's).
+# kind -> (objective, transformers class, steps, learning rate).
+PER_TOKEN = {"token": ("modernbert_token_classify",
+                       "ModernBertForTokenClassification", 60, 5e-3),
+             "span": ("modernbert_span_qa", "ModernBertForQuestionAnswering",
+                      60, 3e-3)}
+
+
+def _per_token_config(kind, init_from, train, dev):
+  _, _, steps, lr = PER_TOKEN[kind]
+  config = tiny_models.finetune_config(init_from, train, dev, num_steps=steps,
+                                       learning_rate=lr)
+  config.task.update(name=f"generated_{kind}", kind=kind, buckets=(SEQ,))
+  if kind == "span":
+    config.task.update(doc_stride=24, max_query_length=16,
+                       max_answer_length=30)
+  config.data.seq_length = SEQ
+  config.train.update(log_every=1, warmup_steps=6, warmup_fraction=0.0)
+  config.model.update(hidden_dropout_prob=0.0,
+                      attention_probs_dropout_prob=0.0)
+  return config
+
+
+@pytest.fixture(scope="module", params=["token", "span"])
+def per_token_run(hf_dir, tmp_path_factory, request):
+  """A token (CoNLL) or span (SQuAD 2.0) task fine-tuned from the
+  ModernBertForMaskedLM directory, exported."""
+  from bert_jax import export
+  from bert_jax.downstream import finetuning
+  from tests.helpers import span_tag_tasks
+  kind = request.param
+  base = tmp_path_factory.mktemp(f"modernbert_{kind}")
+  write = (span_tag_tasks.write_tagging_task if kind == "token" else
+           span_tag_tasks.write_qa_task)
+  train, dev = write(str(base / "task"), n_train=160, n_dev=32)
+  workdir = str(base / "ft")
+  results = finetuning.run(_per_token_config(kind, hf_dir["out"], train, dev),
+                           workdir)
+  out = str(base / "ft_hf")
+  export.export_run(workdir, out)
+  return dict(kind=kind, results=results, workdir=workdir, out=out)
+
+
+def test_token_and_span_tasks_fine_tune_with_modernberts_heads(
+    per_token_run):
+  """The run is the kind's ModernBERT head (not BERT's on a BertModel),
+  its loss falls and it learns the generated task (entity F1 / SQuAD F1;
+  1.0 when written)."""
+  from tests import helpers
+  kind, results = per_token_run["kind"], per_token_run["results"]
+  source = pretrained.resolve(per_token_run["workdir"])
+  assert source.config.objective.name == PER_TOKEN[kind][0]
+  assert results["kind"] == kind
+  assert set(results["scores"]["validation"]) >= (
+      {"f1", "precision", "recall"} if kind == "token" else
+      {"exact", "f1", "HasAns_exact", "NoAns_exact"})
+  losses = [r["loss"] for r in helpers.train_records(
+      per_token_run["workdir"])]
+  assert len(losses) == PER_TOKEN[kind][2]
+  assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5]), losses
+  assert results["main_score"] >= 0.9, results["scores"]
+
+
+def test_token_and_span_exports_load_in_their_class_with_our_logits(
+    per_token_run):
+  """The export is ModernBertForTokenClassification (with the run's tags)
+  or ModernBertForQuestionAnswering; AutoModelFor* loads it with no
+  missing or unexpected keys, and its logits on padded rows longer than
+  the window equal the run's predict outputs (1e-4)."""
+  from bert_jax import objectives
+  kind, out = per_token_run["kind"], per_token_run["out"]
+  objective_name, cls_name, _, _ = PER_TOKEN[kind]
+  with open(os.path.join(out, "config.json")) as f:
+    cfg = json.load(f)
+  assert cfg["architectures"] == [cls_name]
+  if kind == "token":
+    names = per_token_run["results"]["label_names"]
+    assert len(names) == 5
+    assert cfg["id2label"] == {str(i): n for i, n in enumerate(names)}
+  auto = (transformers.AutoModelForTokenClassification if kind == "token"
+          else transformers.AutoModelForQuestionAnswering)
+  model, info = auto.from_pretrained(out, attn_implementation="eager",
+                                     dtype=torch.float32,
+                                     output_loading_info=True)
+  assert type(model).__name__ == cls_name
+  assert not any(info[k] for k in ("missing_keys", "unexpected_keys",
+                                   "mismatched_keys")), info
+  source = pretrained.resolve(per_token_run["workdir"])
+  config = pretrained.load_model_config(source)
+  params, _ = pretrained.load_params(source, config)
+  tok = pretrained.load_tokenizer(source).tokenizer
+  texts = ("river bank opened the account and we walked along the water "
+           "at night , it was a wonderful day " * 4, "what is the answer ?")
+  ids = np.zeros((2, SEQ), np.int32)
+  for i, t in enumerate(texts):
+    e = tok.encode(t).ids[:SEQ]
+    ids[i, :len(e)] = e
+  mask = (ids > 0).astype(np.int32)
+  assert mask[0].all() and 0 < mask[1].sum() < SEQ // 4
+  batch = dict(input_ids=ids, input_mask=mask, segment_ids=np.zeros_like(ids))
+  objective = objectives.get(objective_name)
+  graphdef, state = nnx.split(mapping.make_model(
+      params, config, family=mapping.for_objective(objective_name).name))
+  ours = jax.jit(lambda s, b: objective.predict(nnx.merge(graphdef, s), b,
+                                                source.config))(state, batch)
+  with torch.no_grad():
+    got = model(input_ids=torch.tensor(ids).long(),
+                attention_mask=torch.tensor(mask).long())
+  names = ("logits",) if kind == "token" else ("start_logits", "end_logits")
+  real = mask.astype(bool)  # span_qa masks padding out of the spans.
+  for name in names:
+    mine, theirs = np.asarray(ours[name]), got[name].numpy()
+    assert mine.shape == theirs.shape, name
+    print(f"{kind} {name}: max |ours - PyTorch| = "
+          f"{np.abs(mine[real] - theirs[real]).max():.2g} at max |logit| "
+          f"{np.abs(theirs).max():.2g}")
+    np.testing.assert_allclose(mine[real], theirs[real], atol=1e-4,
+                               rtol=1e-4, err_msg=name)
+
+
+
+def test_finetune_objective_per_task_kind(hf_dir):
+  """Each kind's head: ModernBERT's own for a ModernBERT source (a
+  pretraining directory or a fine-tuned head of any kind), BERT's for a
+  family that names none (None: the BertModel encoder)."""
+  from bert_jax import config_lib
+  from bert_jax import objectives
+  from bert_jax.downstream import finetuning
+  want = {"sentence": "modernbert_classify",
+          "token": "modernbert_token_classify", "span": "modernbert_span_qa"}
+  sources = [pretrained.resolve(hf_dir["out"])] + [
+      pretrained.Source(pretrained.WORKDIR, f"/{name}",
+                        config=config_lib.complete(
+                            {"objective": {"name": name}}))
+      for name in want.values()]
+  for source in sources:
+    got = {k: finetuning.finetune_objective(source, m).name
+           for k, m in finetuning.KINDS.items()}
+    assert got == want, source.objective
+  # Each head takes the source's encoder and prediction head (what HF's
+  # from_pretrained of the class keeps from a ModernBertForMaskedLM); its
+  # classifier stays fresh.
+  source = {"model": object(), "head": object(), "decoder": object()}
+  for name in want.values():
+    fresh = {"model": 0, "head": 0, "classifier": object()}
+    got = objectives.get(name).finetune_params(source, fresh)
+    assert set(got) == set(fresh), name
+    assert got["model"] is source["model"] and got["head"] is source["head"]
+    assert got["classifier"] is fresh["classifier"], name
+  bert = pretrained.Source(pretrained.WORKDIR, "/bert",
+                           config=config_lib.complete({}))
+  assert {k: finetuning.finetune_objective(bert, m).name
+          for k, m in finetuning.KINDS.items()} == {
+              "sentence": "classify", "token": "token_classify",
+              "span": "span_qa"}
+
+
+def test_a_family_without_a_kinds_head_is_refused_in_one_line(
+    hf_dir, tmp_path, monkeypatch):
+  """A family whose objective names heads but none for the task's kind
+  (here ModernBERT with its sentence head only): one error naming the
+  checkpoint and the kinds it has, raised before anything is written."""
+  import dataclasses
+  from bert_jax import objectives
   from bert_jax.downstream import finetuning
   from tests import helpers
   from tests.helpers import span_tag_tasks
-  write = (span_tag_tasks.write_tagging_task if kind == "token" else
-           span_tag_tasks.write_qa_task)
-  train, dev = write(str(tmp_path / "task"), n_train=4, n_dev=2)
-  config = helpers.load_config("ner" if kind == "token" else "squad")
+  get = objectives.get
+  sentence_only = dataclasses.replace(
+      get("modernbert"), finetune_objectives={"sentence":
+                                              "modernbert_classify"})
+  monkeypatch.setattr(objectives, "get", lambda name: (
+      sentence_only if name == "modernbert" else get(name)))
+  train, dev = span_tag_tasks.write_tagging_task(str(tmp_path / "task"),
+                                                 n_train=4, n_dev=2)
+  config = helpers.load_config("ner")
   config.task.update(name="gen", train_file=train, validation_file=dev)
   config.train.init_from = hf_dir["out"]
   config.data.seq_length = 64
   with pytest.raises(ValueError) as e:
     finetuning.run(config, str(tmp_path / "ft"))
   assert str(e.value) == (
-      f"task.kind={kind!r}: train.init_from={hf_dir['out']} is a modernbert "
-      f"checkpoint, which has no {kind} head here (only sentence tasks: "
-      "modernbert_classify); token and span tasks fine-tune BERT, ALBERT, "
-      "ELECTRA or DistilBERT encoders.")
+      f"task.kind='token': train.init_from={hf_dir['out']} is a modernbert "
+      "checkpoint, which has no token head here (its task kinds: "
+      "sentence).")
   assert helpers.written_files(tmp_path / "ft") == []

@@ -2,7 +2,8 @@
 loads in stock transformers with our logits (fp32, 1e-4; rows longer than
 the sliding window, padded rows, both attention implementations), a
 directory made by transformers' own random init imports with its logits and
-hidden states, classifiers go both ways, config.json converts both ways
+hidden states, classifiers (sequence, token, QA) go both ways,
+config.json converts both ways
 (and is refused where we would compute another function), and fill-mask
 gives the pipeline's answer."""
 
@@ -212,6 +213,104 @@ def test_sequence_classifier_goes_both_ways(tmp_path, pooling):
   back, _ = pretrained.load_params(source)
   for k, v in mapping.flatten_params(params).items():
     np.testing.assert_array_equal(mapping.flatten_params(back)[k], v)
+
+
+# Our per-token heads: (table, transformers class, the logits to compare).
+PER_TOKEN = {
+    "token": ("modernbert_token_classify", "ModernBertForTokenClassification",
+              lambda out: {"logits": out}),
+    "span": ("modernbert_qa", "ModernBertForQuestionAnswering",
+             lambda out: {"start_logits": out[0], "end_logits": out[1]}),
+}
+
+
+def _transformers_config(**fields):
+  """A tiny ModernBertConfig: 4 blocks, full attention every 2nd, an
+  8-token window (the rows of `batch` are longer)."""
+  return transformers.ModernBertConfig(
+      vocab_size=200, hidden_size=64, intermediate_size=96,
+      num_hidden_layers=4, num_attention_heads=4, local_attention=8,
+      global_attn_every_n_layers=2, pad_token_id=0, bos_token_id=2,
+      eos_token_id=3, cls_token_id=2, sep_token_id=3,
+      max_position_embeddings=128, **fields)
+
+
+def _their_logits(model, ids, mask) -> dict:
+  with torch.no_grad():
+    out = model(input_ids=torch.tensor(ids).long(),
+                attention_mask=torch.tensor(mask).long())
+  return {k: out[k].numpy() for k in ("logits", "start_logits", "end_logits")
+          if k in out}
+
+
+@pytest.mark.parametrize("kind", ["token", "span"])
+def test_per_token_head_of_transformers_random_init_goes_both_ways(
+    tmp_path, kind):
+  """ModernBertForTokenClassification / ForQuestionAnswering as
+  transformers initializes them -> our import (that class's table and
+  objective) -> our logits equal theirs on padded rows longer than the
+  window; our export of those params loads in the same class with no
+  missing or unexpected keys and gives our logits again."""
+  family, cls_name, named = PER_TOKEN[kind]
+  cls = getattr(transformers, cls_name)
+  labels = dict(num_labels=5) if kind == "token" else {}
+  torch.manual_seed(0)
+  theirs = cls(_transformers_config(**labels)).eval()
+  path = str(tmp_path / "theirs")
+  theirs.save_pretrained(path)
+  source = pretrained.resolve(path)
+  assert source.family == family
+  assert source.objective == mapping.get(family).objectives[0]
+  config = pretrained.load_model_config(source)
+  params, report = pretrained.load_params(source, config)
+  assert report.architecture == cls_name and not report.fresh, report
+  ids, mask = batch(200, seed=2)
+  ours = named(our_outputs(params, config, ids, mask, family))
+  want = _their_logits(theirs, ids, mask)
+  assert set(ours) == set(want)
+  for name, x in ours.items():
+    assert x.shape == want[name].shape, name
+    assert np.abs(want[name]).max() > 0.5, name  # Not trivially small.
+    print(f"{kind} {name}: max |ours - PyTorch| = "
+          f"{np.abs(real(x, mask) - real(want[name], mask)).max():.2g} at "
+          f"max |logit| {np.abs(want[name]).max():.2g}")
+    np.testing.assert_allclose(real(x, mask), real(want[name], mask),
+                               atol=1e-4, rtol=1e-4, err_msg=name)
+  out = str(tmp_path / "ours")
+  checkpoint_io.save_hf_model(out, params, config, family=family)
+  back, info = cls.from_pretrained(out, attn_implementation="eager",
+                                   dtype=torch.float32,
+                                   output_loading_info=True)
+  assert not any(info[k] for k in ("missing_keys", "unexpected_keys",
+                                   "mismatched_keys")), info
+  assert back.config.num_labels == (5 if kind == "token" else 2)
+  again = _their_logits(back.eval(), ids, mask)
+  for name, x in ours.items():
+    np.testing.assert_allclose(real(x, mask), real(again[name], mask),
+                               atol=1e-4, rtol=1e-4, err_msg=name)
+
+
+@pytest.mark.parametrize("kind", ["token", "span"])
+def test_per_token_head_from_a_masked_lm_keeps_its_head(tmp_path, kind):
+  """A ModernBertForMaskedLM directory read by a per-token head's table:
+  the encoder and the prediction head load (as HF's from_pretrained of
+  that class does), the classifier alone is fresh."""
+  family = PER_TOKEN[kind][0]
+  torch.manual_seed(0)
+  mlm = transformers.ModernBertForMaskedLM(_transformers_config()).eval()
+  path = str(tmp_path / "mlm")
+  mlm.save_pretrained(path)
+  config = pretrained.load_model_config(pretrained.resolve(path))
+  config.num_labels = 3
+  params, report = checkpoint_io.load_hf_params(path, config, family=family)
+  assert report.fresh == ["classifier"], report
+  want = {k: v.detach().numpy() for k, v in mlm.state_dict().items()}
+  got = mapping.to_hf_state_dict(params, family=family)
+  for name in ("head.dense.weight", "head.norm.weight",
+               "model.layers.1.attn.Wqkv.weight"):
+    np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+  outputs = 3 if kind == "token" else 2
+  assert got["classifier.weight"].shape == (outputs, 64)
 
 
 def test_fill_mask_equals_the_pipeline(tmp_path):
