@@ -442,7 +442,8 @@ def test_ctrl_c_again_stops_at_once_with_one_line_and_keeps_checkpoints(
   assert step == max(steps) and params
 
 
-def test_asyncio_records_of_orbax_futures_are_dropped(monkeypatch):
+def test_asyncio_records_of_orbax_futures_are_dropped(monkeypatch,
+                                                      tmp_path):
   """asyncio logs 'exception was never retrieved' for a future GC'd with its
   error unread. A Task's repr names its coroutine's file; a gather's
   (_GatheringFuture) does not, only its error's traceback runs through
@@ -474,9 +475,21 @@ def test_asyncio_records_of_orbax_futures_are_dropped(monkeypatch):
          f"<_GatheringFuture finished exception={error!r}>",),
         (type(error), error, error.__traceback__))
 
+  from bert_jax import error_reports
+  details = tmp_path / "details.txt"
+  monkeypatch.setattr(error_reports, "_path", str(details))
+  monkeypatch.setattr(error_reports, "_fd", None)
   monkeypatch.setattr(sys, "argv", ["main"])
   quiet = cli._QuietLibraries()
   assert not quiet.filter(record(orbax_error))
-  assert quiet.filter(record(other_error))
+  # Another future's error (TensorStore's, with no Orbax frame, reported
+  # when collected): one line naming the file, the traceback in it.
+  other = record(other_error)
+  assert quiet.filter(other) and other.exc_info is None
+  assert other.getMessage() == ("_GatheringFuture exception was never "
+                                f"retrieved (traceback in {details})")
+  text = details.read_text()
+  assert "Encountered error while reading array index" in text
+  assert "ValueError: not Orbax's" in text and "Traceback" in text
   monkeypatch.setattr(sys, "argv", ["main", "--verbose"])
   assert quiet.filter(record(orbax_error))  # --verbose shows everything.
