@@ -29,6 +29,10 @@ already there, so the job can run in the background and be restarted;
       --variants 128:xla:20,512:xla:80,512:splash:80 --out rows.jsonl &
   python tools/tpu_compile_check.py --table rows.jsonl
 
+A step that does not fit the chip's HBM is a row too: XLA's compile fails
+with RESOURCE_EXHAUSTED, and the row keeps the state's bytes, the
+temporaries XLA asked for, and "OOM: needed > available GiB" as its bound.
+
 Besides memory, each row has XLA's own cost analysis of the compiled step
 (FLOPs and HBM bytes accessed per chip) turned into a roofline bound: the
 step takes at least max(FLOPs / peak, bytes / HBM bandwidth) on that chip,
@@ -47,6 +51,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import time
 
@@ -179,14 +184,35 @@ def check(config_path: str, topology: str, mesh_name: str, config) -> dict:
   config_checks.validate(config, len(devices), check_sources=False)
   mesh = sharding.make_mesh(config.mesh, devices)
   programs = steps_lib.Programs(config, mesh)
+  per_device, total = state_bytes(programs.abstract_state)
   start = time.time()
-  with programs.context():
-    compiled = programs.train_step.lower(
-        programs.abstract_state,
-        programs.batch_spec(config.train.batch_size)).compile()
+  try:
+    with programs.context():
+      compiled = programs.train_step.lower(
+          programs.abstract_state,
+          programs.batch_spec(config.train.batch_size)).compile()
+  except Exception as e:  # pylint: disable=broad-except
+    oom = out_of_memory(str(e))
+    if oom is None:
+      raise
+    # The answer to "will it fit?" is no: a row that says by how much.
+    row = {c: "-" for c in COLUMNS}
+    row.update(
+        config=os.path.splitext(os.path.basename(config_path))[0],
+        topology=topology, mesh=sharding.describe(mesh),
+        seq=config.data.seq_length, attention=config.model.attention_impl,
+        chips=len(devices), **{"params+opt/chip MB": per_device / MB,
+                               "replicated MB": total / MB,
+                               "ratio": per_device / total,
+                               "temporaries MB": oom[0]},
+        bound=f"OOM: {oom[0] / 1024:.1f} > {oom[1] / 1024:.2f} GiB",
+        **{"compile s": time.time() - start}, fits=False,
+        dtype=config.model.dtype, batch=config.train.batch_size,
+        predictions=config.data.max_predictions_per_seq,
+        key=list(row_key(config_path, topology, mesh_name, config)))
+    return row
   seconds = time.time() - start
   mem = compiled.memory_analysis()
-  per_device, total = state_bytes(programs.abstract_state)
   cost = compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   xla_flops = float(cost.get("flops", 0.0))
@@ -215,6 +241,17 @@ def check(config_path: str, topology: str, mesh_name: str, config) -> dict:
       "predictions": config.data.max_predictions_per_seq,
       "key": list(row_key(config_path, topology, mesh_name, config)),
   }
+
+
+def out_of_memory(message: str) -> tuple[float, float] | None:
+  """(MiB XLA needs for temporaries, MiB of HBM a chip has) from the
+  RESOURCE_EXHAUSTED error of a compile that does not fit, else None."""
+  m = re.search(r"HLO temporaries \(([\d.]+)([MG])\) exceeds available HBM "
+                r"\(([\d.]+)([MG])\)", message)
+  if "RESOURCE_EXHAUSTED" not in message or m is None:
+    return None
+  mib = lambda value, unit: float(value) * (1024 if unit == "G" else 1)
+  return mib(m.group(1), m.group(2)), mib(m.group(3), m.group(4))
 
 
 def read_rows(path: str) -> list[dict]:
@@ -310,8 +347,10 @@ def main(argv=None) -> int:
             rows.append(done[key])
             continue
           row = check(config_path, topology, mesh_name, config)
-          print(f"compiled {row['config']} on {topology} ({row['mesh']}, seq "
-                f"{row['seq']}, {row['attention']}) in {row['compile s']:.1f}s",
+          print(f"{'compiled' if row.get('fits', True) else 'does not fit:'}"
+                f" {row['config']} on {topology} ({row['mesh']}, seq "
+                f"{row['seq']}, {row['attention']}) in {row['compile s']:.1f}s"
+                f"{'' if row.get('fits', True) else ' (' + row['bound'] + ')'}",
                 file=sys.stderr, flush=True)
           rows.append(row)
           if args.out:

@@ -323,6 +323,21 @@ def test_tpu_compile_check_roofline_and_variants():
              bound="HBM")
   table = tool.format_table([row]).splitlines()
   assert "MFU bound" in table[0] and "|   HBM |" in table[2]
+  # A step that does not fit: libtpu's message (ModernBERT-base, 8,192
+  # tokens, XLA attention, v5e) -> what it needs and what a chip has.
+  message = ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory "
+             "required for HLO temporaries (27.59G) exceeds available HBM "
+             "(15.75G).")
+  assert tool.out_of_memory(message) == pytest.approx((27.59 * 1024,
+                                                       15.75 * 1024))
+  assert tool.out_of_memory("INTERNAL: something else") is None
+  assert tool.out_of_memory(message.replace("RESOURCE_EXHAUSTED", "X")) is None
+  oom = {c: "-" for c in tool.COLUMNS}
+  oom.update(row, **{"temporaries MB": 28252.2, "roofline ms": "-"},
+             bound="OOM: 27.6 > 15.75 GiB")
+  table = tool.format_table([row, oom]).splitlines()
+  assert "OOM: 27.6 > 15.75 GiB" in table[3] and "28,252.2" in table[3]
+  assert len({len(line) for line in table}) == 1
 
 
 if __name__ == "__main__":
