@@ -1,5 +1,6 @@
 """Shared checks for objectives beyond BERT (ALBERT, DistilBERT, ModernBERT),
-and for BERT on packed rows ("bert_packed").
+and for BERT and ModernBERT on packed rows ("bert_packed",
+"modernbert_packed").
 
 `mesh_losses` runs 3 train steps of an objective on 1 device and on 8
 simulated CPU devices (DP=8, FSDP=8, DP=4 x TP=2) in a subprocess whose
@@ -32,9 +33,9 @@ PACKED_SEQUENCES = 4
 
 
 def family_batch(family: str, step: int) -> dict:
-  """The synthetic batch of `step` (a packed one for "bert_packed")."""
+  """The synthetic batch of `step` (a packed one for "*_packed")."""
   from tests import helpers
-  if family == "bert_packed":
+  if family.endswith("_packed"):
     from tests.helpers import packed_rows
     return packed_rows.synthetic_batch(step, helpers.BATCH, helpers.SEQ,
                                        helpers.PREDS, PACKED_SEQUENCES,
@@ -57,10 +58,12 @@ def family_config(family: str, data=1, fsdp=1, tensor=1):
     c.data.update(objective="packed", nsp=False)
   elif family == "bert_packed":
     c.data.update(packing=True, packing_max_sequences=PACKED_SEQUENCES)
-  elif family == "modernbert":
+  elif family in ("modernbert", "modernbert_packed"):
     c.objective.name = "modernbert"
     c.model.update(MODERNBERT_TINY)
     c.data.update(objective="packed", nsp=False)
+    if family == "modernbert_packed":
+      c.data.update(packing=True, packing_max_sequences=PACKED_SEQUENCES)
   else:
     raise ValueError(family)
   return c

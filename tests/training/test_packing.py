@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from tests import helpers
 from tests.helpers import REPO
@@ -36,8 +37,12 @@ FLAGS = (*TINY_OVERRIDES,
          "--config.checkpoint.async_save=False")
 
 
-def test_one_and_eight_devices_agree_on_packed_batches(tmp_path):
-  losses = family_checks.mesh_losses("bert_packed", tmp_path)
+@pytest.mark.parametrize("family", ["bert_packed", "modernbert_packed"])
+def test_one_and_eight_devices_agree_on_packed_batches(tmp_path, family):
+  """DP 8, FSDP 8, DP 4 x TP 2 against one device on packed rows (per-
+  document positions, block-diagonal masks; ModernBERT's sliding window
+  within each document)."""
+  losses = family_checks.mesh_losses(family, tmp_path)
   for name, values in losses.items():
     np.testing.assert_allclose(values, losses["single"], rtol=1e-5,
                                err_msg=name)
