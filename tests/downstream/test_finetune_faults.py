@@ -107,14 +107,19 @@ def finished(task, preempted):
   """The preempted run, rerun to a near end: resumes and finishes."""
   start = max(int(s) for s in os.listdir(os.path.join(preempted["workdir"],
                                                       "checkpoints")))
-  config = _config(task, num_steps=start + 6)
+  # The preempted step depends on when the signal landed. End so that the
+  # last log window (log_every=4: steps 4k+1 .. end) holds >= 2 steps: a
+  # window of one step is its last batch's loss, and the test below could
+  # not tell the two apart (CI: preempted at 7, end 13, window [13, 13]).
+  end = start + 6 + ((start + 6) % 4 == 1)
+  config = _config(task, num_steps=end)
   results = finetuning.run(config, preempted["workdir"])
-  return dict(config=config, results=results, start=start,
+  return dict(config=config, results=results, start=start, end=end,
               workdir=preempted["workdir"])
 
 
 def test_rerun_finishes_with_a_window_mean_train_loss(finished):
-  results, end = finished["results"], finished["start"] + 6
+  results, end = finished["results"], finished["end"]
   with open(os.path.join(finished["workdir"], "results.json")) as f:
     assert json.load(f) == results
   assert results["step"] == end
