@@ -18,6 +18,8 @@ ModernBertForMaskedLM.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax.numpy as jnp
 from flax import nnx
 
@@ -131,6 +133,17 @@ def finetune_params(pretrained, fresh) -> dict:
   """A classifier's params: the pretrained encoder and prediction head (as
   HF loads ``head.*`` from a ModernBertForMaskedLM), a fresh classifier."""
   return dict(fresh, model=pretrained["model"], head=pretrained["head"])
+
+
+def head_objective(task: Objective, *, name: str, make_model, validate,
+                   flops) -> Objective:
+  """`task`'s objective (loss, metrics, predict, features, log keys) on a
+  ModernBERT head: its own model, checks and FLOPs, exported by the default
+  path (the table naming `name`), started from a ModernBERT run."""
+  return dataclasses.replace(
+      task, name=name, make_model=make_model, validate=validate, flops=flops,
+      hf_export=None, finetune_objectives=FINETUNE_OBJECTIVES,
+      finetune_params=finetune_params)
 
 
 def per_token_flops(config, work: flops_lib.Work, outputs: int) -> float:

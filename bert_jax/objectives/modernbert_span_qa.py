@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from bert_jax.models import flops as flops_lib
 from bert_jax.models import modernbert as model_lib
-from bert_jax.objectives import Objective
 from bert_jax.objectives import modernbert
 from bert_jax.objectives import span_qa
 
@@ -32,11 +31,6 @@ def flops(config, work: flops_lib.Work) -> float:
   return modernbert.per_token_flops(config, work, 2)
 
 
-OBJECTIVE = Objective(
-    name="modernbert_span_qa", make_model=make_model,
-    feature_spec=span_qa.feature_spec, loss_sums=span_qa.loss_sums,
-    counts=span_qa.counts, loss=span_qa.loss, metrics=span_qa.metrics,
-    log_keys=span_qa.OBJECTIVE.log_keys, predict=span_qa.predict,
-    validate=validate, flops=flops,
-    finetune_objectives=modernbert.FINETUNE_OBJECTIVES,
-    finetune_params=modernbert.finetune_params)
+OBJECTIVE = modernbert.head_objective(
+    span_qa.OBJECTIVE, name="modernbert_span_qa", make_model=make_model,
+    validate=validate, flops=flops)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from bert_jax.models import flops as flops_lib
 from bert_jax.models import modernbert as model_lib
-from bert_jax.objectives import Objective
 from bert_jax.objectives import modernbert
 from bert_jax.objectives import token_classify
 
@@ -31,12 +30,6 @@ def flops(config, work: flops_lib.Work) -> float:
   return modernbert.per_token_flops(config, work, config.model.num_labels)
 
 
-OBJECTIVE = Objective(
-    name="modernbert_token_classify", make_model=make_model,
-    feature_spec=token_classify.feature_spec,
-    loss_sums=token_classify.loss_sums, counts=token_classify.counts,
-    loss=token_classify.loss, metrics=token_classify.metrics,
-    log_keys=token_classify.OBJECTIVE.log_keys, predict=token_classify.predict,
-    validate=validate, flops=flops,
-    finetune_objectives=modernbert.FINETUNE_OBJECTIVES,
-    finetune_params=modernbert.finetune_params)
+OBJECTIVE = modernbert.head_objective(
+    token_classify.OBJECTIVE, name="modernbert_token_classify", make_model=make_model,
+    validate=validate, flops=flops)
