@@ -181,11 +181,11 @@ def objective_config() -> ml_collections.ConfigDict:
   family's own fields, so that ``--config.objective.name=electra`` (or
   distil) works on any config with that family's published defaults."""
   return ml_collections.ConfigDict(dict(
-      # bert: MLM (+ NSP/SOP per data.objective); albert: the same on the
-      # shared-layer ALBERT model; electra: replaced-token detection;
-      # distil: DistilBERT distillation; modernbert: ModernBERT's MLM.
-      # Fine-tuning sets its task kind's objective (classify,
-      # modernbert_classify, token_classify, span_qa).
+      # Pretraining (bert_jax/families/): bert: MLM (+ NSP/SOP per
+      # data.objective); albert: the same on the shared-layer ALBERT model;
+      # electra: replaced-token detection; distil: DistilBERT distillation;
+      # modernbert: ModernBERT's MLM. Fine-tuning sets its task kind's
+      # (bert_jax/tasks/): classify, token_classify, span_qa.
       name="bert",
       # distil: the teacher (our workdir, an imported or Hugging Face BERT
       # dir; "random" = random init, tests only); config.model is its
@@ -208,9 +208,9 @@ def objective_config() -> ml_collections.ConfigDict:
       generator_temperature=1.0,  # Of the generator's sampling softmax.
       gen_weight=1.0,  # MLM (generator) loss weight.
       disc_weight=50.0,  # Replaced-token-detection loss weight.
-      # classify: the pretraining objective whose encoder is fine-tuned
-      # (set by fine-tuning from train.init_from): the classifier's head and
-      # Hugging Face class follow it (bert_jax/hf/classify.py).
+      # Fine-tuning objectives: the family whose encoder carries the task
+      # head (bert, albert, electra, distilbert, modernbert; set from
+      # train.init_from): the head's layout and Hugging Face class follow it.
       encoder="bert",
   ))
 
@@ -349,11 +349,26 @@ def complete(partial, size: str = "base") -> ml_collections.ConfigDict:
   objective = as_dict(partial.get("objective")) or {}
   if (objective.get("name") == "electra" and "temperature" in objective
       and "generator_temperature" not in objective):
-    # ELECTRA runs before generator_temperature existed stored the
+    # An ELECTRA run config without generator_temperature stores the
     # generator's sampling temperature as objective.temperature.
     config.objective.generator_temperature = objective["temperature"]
     config.objective.temperature = objective_config().temperature
+  # Fine-tuning run configs that name the head by family and kind in one
+  # name, or the encoder by its pretraining objective.
+  name, encoder = FAMILY_HEADS.get(config.objective.name,
+                                   (config.objective.name,
+                                    config.objective.encoder))
+  config.objective.name = name
+  config.objective.encoder = OBJECTIVE_FAMILIES.get(encoder, encoder)
   return config
+
+
+# objective.name -> (task objective, objective.encoder) of the names that
+# held both; objective.encoder given as a pretraining objective -> family.
+FAMILY_HEADS = {"modernbert_classify": ("classify", "modernbert"),
+                "modernbert_token_classify": ("token_classify", "modernbert"),
+                "modernbert_span_qa": ("span_qa", "modernbert")}
+OBJECTIVE_FAMILIES = {"distil": "distilbert"}
 
 
 # Model fields a phase of train.phases may change (its "model" entry): they

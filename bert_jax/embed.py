@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     loaded = embeddings.load_model(args.model, args.step)
     max_length = embeddings.check_max_length(args.max_length, loaded.model_config)
     model = mapping.make_model(loaded.params, loaded.model_config,
-                               family=loaded.family)
+                               loaded.table)
     for path in filter(None, (args.output, args.per_token)):
       os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     rows, hidden, tokens = embeddings.write_embeddings(

@@ -1,12 +1,12 @@
 """Export a run (pretraining or fine-tuning) as Hugging Face directories.
 
-The run's objective (``pretrained.Source.objective``) says which models its
-params are (``objectives.hf_models``: BERT one BertForPreTraining, a
-fine-tuned classifier its encoder family's sequence-classification class,
-ALBERT AlbertForPreTraining, DistilBERT its student, ELECTRA
-discriminator/ and generator/), and each is written by the one writer,
-``checkpoint_io.save_hf_model`` (vocabulary rows past the tokenizer left
-out), so nothing here branches on the objective. A fine-tuned classifier
+The run's config says which models its params are (``compose.hf_models``:
+BERT one BertForPreTraining, a fine-tuned head its family's task class
+(``{Prefix}ForSequenceClassification``, ``ForTokenClassification``,
+``ForQuestionAnswering``), ALBERT AlbertForPreTraining, DistilBERT its
+student, ELECTRA discriminator/ and generator/), and each is written by the
+one writer, ``checkpoint_io.save_hf_model`` (vocabulary rows past the
+tokenizer left out), so nothing here branches on the family or the kind. A fine-tuned classifier
 gets its label names from the run (its ``task.label_names``, else
 ``results.json``, else ``label_map.json``, else the GLUE task's names) as
 ``id2label`` / ``label2id``; heads a run did not train are flagged. No
@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 import os
 
+from bert_jax import compose
 from bert_jax import config_lib
-from bert_jax import objectives
 from bert_jax import pretrained
 from bert_jax.data import task_sources
 from bert_jax.hf import checkpoint_io
@@ -53,12 +53,12 @@ def run_label_names(source: pretrained.Source) -> tuple[str, ...]:
   return ()
 
 
-def untrained_heads(config, family: str) -> tuple[str, ...]:
-  """HF prefixes of heads of `family` that a run with `config` left at their
+def untrained_heads(config, table: mapping.Table) -> tuple[str, ...]:
+  """HF prefixes of `table`'s heads that a run with `config` left at their
   random init: the sentence-pair heads when it trained no NSP / SOP."""
   if config_lib.sentence_objective(config.data) != config_lib.PACKED:
     return ()
-  return mapping.get(family).sentence_heads
+  return table.sentence_heads
 
 
 def write_hf_models(output: str, params, config, *, tokenizer=None,
@@ -71,11 +71,11 @@ def write_hf_models(output: str, params, config, *, tokenizer=None,
   a classifier's class names.
   """
   written = []
-  for model in objectives.hf_models(config, params):
+  for model in compose.hf_models(config, params):
     files = checkpoint_io.save_hf_model(
         os.path.join(output, model.subdir), model.params, model.model_config,
-        family=model.family, tokenizer=tokenizer,
-        untrained_heads=untrained_heads(config, model.family),
+        table=model.table, tokenizer=tokenizer,
+        untrained_heads=untrained_heads(config, model.table),
         label_names=label_names, source=source)
     written += [os.path.join(model.subdir, f) for f in files]
   return written
@@ -94,7 +94,3 @@ def export_run(path: str, output: str, step: int | None = None) -> list[str]:
       label_names=run_label_names(source),
       source=where if source.step is None else f"{where} step {source.step}")
 
-
-def architecture(objective: str) -> str:
-  """The Hugging Face class a run of `objective` exports as by default."""
-  return mapping.for_objective(objective).export_architecture

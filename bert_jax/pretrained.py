@@ -20,10 +20,11 @@ the converters, fine-tuning) asks. Kinds of path:
 
 Provenance: the objective that trained the params and the completed run
 config they belong to (:class:`Source`), read from a run's stored config or
-implied by a Hugging Face directory's config.json (its family table names
-the objective, ``hf.mapping.Family.objectives``). What an objective makes of
-them (its Hugging Face models, the encoder fine-tuning wraps, the masked LM
-fill-mask runs) is ``bert_jax.objectives``'.
+implied by a Hugging Face directory's config.json (its class names a
+family's pretraining run or a task kind's head on a family's encoder:
+``compose.hf_directory``). What a run makes of them (its Hugging Face
+models, the encoder a task head or embeddings take, the masked LM
+fill-mask runs) is ``bert_jax.compose``'.
 
 A workdir's tokenizer is the one its run recorded (:func:`record_tokenizer`,
 ``WORKDIR/tokenizer/record.json``); workdirs written before the record existed
@@ -45,10 +46,12 @@ import jax
 import ml_collections
 from etils import epath
 
+from bert_jax import compose
 from bert_jax import config_lib
+from bert_jax import families
 from bert_jax.checkpoints import reading as checkpoint_reading
+from bert_jax.families import electra
 from bert_jax.hf import checkpoint_io
-from bert_jax.hf import electra
 from bert_jax.hf import importing
 from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
@@ -75,10 +78,10 @@ class Source:
   # config.json, objective from the family table). None only when the path
   # stores no model config (a weights file without config.json).
   config: Any = None
-  # The hf.mapping table that reads the weights (HF and TF kinds); "" for
-  # our own formats (workdir, step, imported) and ELECTRA pairs (hf.electra
+  # The table that reads the weights (HF and TF kinds); None for our own
+  # formats (workdir, step, imported) and ELECTRA pairs (families.electra
   # reads both halves).
-  family: str = ""
+  table: mapping.Table | None = None
 
   @property
   def objective(self) -> str:
@@ -114,32 +117,28 @@ def _run_config(objective: str, model_config, fields=None):
                               "model": model_config.to_dict()})
 
 
-def _hf_run_config(path: str, hf_config, fam: mapping.Family) -> Any:
-  """The run config an HF directory / TF checkpoint of family `fam`
-  implies, or None without a config.json: the objective its table names,
-  the model config.json describes."""
-  if hf_config is None:
-    return None
-  if not fam.objectives:
-    raise ValueError(
-        f"{path} is one Hugging Face {fam.default_architecture} ({fam.name}),"
-        " half of an ELECTRA pair: give the directory holding its "
-        "discriminator/ and generator/.")
-  model_config = checkpoint_io.model_config_from_hf_config(hf_config)
-  fields = fam.objective_fields(model_config) if fam.objective_fields else {}
-  return _run_config(fam.objectives[0], model_config, fields)
-
-
 def _check_model_type(path: str, hf_config) -> None:
   """ValueError naming what a Hugging Face directory of another kind of
   model (GPT-2, T5, ...) is, before anything looks for BERT's files."""
   model_type = (hf_config or {}).get("model_type", "bert")
-  known = sorted({f.model_type for f in mapping.families().values()})
-  if model_type not in known:
+  if model_type not in families.names():
     arch = ", ".join((hf_config or {}).get("architectures") or ()) or "?"
     raise ValueError(
         f"{path} is a Hugging Face {model_type!r} model ({arch}), not an "
-        f"encoder bert_jax reads (model_type {', '.join(map(repr, known))}).")
+        "encoder bert_jax reads (model_type "
+        f"{', '.join(map(repr, families.names()))}).")
+
+
+def _hf_source(kind: str, path: str, hf_config) -> Source:
+  """A Hugging Face directory or TF checkpoint: the table its class names
+  and the run it implies (None without a config.json: Google's BERT with
+  no model config)."""
+  try:
+    table, run = compose.hf_directory(hf_config)
+  except ValueError as e:
+    raise ValueError(f"{path} {e}") from None
+  config = config_lib.complete(run) if hf_config is not None else None
+  return Source(kind, path, config=config, table=table)
 
 
 def resolve(path: str, step: int | None = None) -> Source:
@@ -184,7 +183,6 @@ def resolve(path: str, step: int | None = None) -> Source:
                       path)))
   hf_config = checkpoint_io.read_hf_config(path)
   _check_model_type(path, hf_config)
-  fam = mapping.for_hf_config(hf_config)
   kind = None
   if path.endswith((".safetensors", ".bin")) and os.path.isfile(path) or (
       hf_config is not None and any(os.path.exists(os.path.join(path, f))
@@ -193,8 +191,7 @@ def resolve(path: str, step: int | None = None) -> Source:
   elif checkpoint_io.find_tf_checkpoint(path) is not None:
     kind = TF
   if kind is not None:
-    return Source(kind, path, config=_hf_run_config(path, hf_config, fam),
-                  family=fam.name)
+    return _hf_source(kind, path, hf_config)
   raise FileNotFoundError(
       f"{path} is none of: a training workdir (checkpoints/), a checkpoint "
       f"step directory, a tools/convert_from_hf.py output "
@@ -299,7 +296,7 @@ def load_params(source: Source | str, model_config=None, *,
         loaded=sorted(mapping.flatten_params(params)))
   else:
     params, report = checkpoint_io.load_hf_params(
-        source.path, model_config, family=source.family, seed=seed)
+        source.path, model_config, source.table, seed=seed)
   if abstract_params is not None:
     params = checkpoint_reading.place_params(params, abstract_params,
                                              source=source.path)

@@ -1,7 +1,8 @@
 """The package layering, read from the source: no cycles, no upward imports.
 
 Layers, lowest first (docs/architecture.md): config_lib; models; data;
-checkpoints; hf; pretrained; objectives; training; downstream; error_reports
+checkpoints; hf; objectives; families; tasks; compose; pretrained;
+training; downstream; error_reports
 (where library reports go once a run failed); the modules every entry point
 shares (cli, export); the entry points. A module may import
 its own layer's package and anything below; nothing imports an entry point.
@@ -26,8 +27,11 @@ LAYERS = (
     ("bert_jax.data",),
     ("bert_jax.checkpoints",),
     ("bert_jax.hf",),
-    ("bert_jax.pretrained",),
     ("bert_jax.objectives",),
+    ("bert_jax.families",),
+    ("bert_jax.tasks",),
+    ("bert_jax.compose",),
+    ("bert_jax.pretrained",),
     ("bert_jax.training",),
     ("bert_jax.downstream",),
     ("bert_jax.error_reports",),

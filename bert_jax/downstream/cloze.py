@@ -137,7 +137,7 @@ class ZeroShotClassifier:
       raise ValueError(f"batch_size={batch_size} must be positive.")
     self._tok = embeddings.plain_tokenizer(loaded.tokenizer)
     model = mapping.make_model(loaded.params, loaded.model_config,
-                               family=loaded.family)
+                               loaded.table)
     graphdef, self._state = nnx.split(model)
     verbal = np.asarray(self.token_ids, np.int32)
     # Rows of a table padded past the tokenizer are no token: out of the
@@ -213,7 +213,8 @@ def zero_shot_classify(model_path: str, examples: Iterable[tuple],
                        max_length: int | None = None) -> dict:
   """Load `model_path` (workdir, HF dir, imported dir) and classify."""
   check_template(template)
-  clf = ZeroShotClassifier(embeddings.load_model(model_path, step), template,
+  clf = ZeroShotClassifier(embeddings.load_masked_lm(model_path, step),
+                           template,
                            verbalizer, batch_size=batch_size,
                            max_length=max_length, source=model_path)
   return clf(examples)

@@ -1,11 +1,14 @@
-"""Contextual embeddings from a BERT checkpoint: one vector per sentence.
+"""Contextual embeddings from any encoder: one vector per sentence.
 
   python -m bert_jax.embed --model WORKDIR_OR_HF_DIR [--step N] \
       --pooling cls|mean --layer -1 --input sentences.txt --output vectors.npy \
       [--per_token tokens.npz]
 
-`--layer` indexes hidden states as Hugging Face's ``output_hidden_states``
-does: 0 is the embeddings output, 1..L the blocks, -1 the last block.
+The model is the encoder the run holds (``compose.encoder_params``: BERT's,
+ELECTRA's discriminator, DistilBERT's student, ModernBERT's, a fine-tuned
+head's encoder). `--layer` indexes hidden states as Hugging Face's
+``output_hidden_states`` does: 0 is the embeddings output, 1..L the blocks,
+-1 the last block.
 "cls" takes the layer's vector at [CLS] (not the NSP pooler: that one is
 untrained in runs without NSP); "mean" averages the real tokens only.
 Sentences are sorted by length and padded to a few static lengths (32, 64,
@@ -31,9 +34,11 @@ import numpy as np
 from flax import nnx
 from tokenizers import Tokenizer
 
-from bert_jax import objectives
+from bert_jax import compose
 from bert_jax import pretrained
+from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
+from bert_jax.models import heads
 
 POOLINGS = ("cls", "mean")
 
@@ -43,24 +48,37 @@ POOLINGS = ("cls", "mean")
 # -----------------------------------------------------------------------------
 @dataclasses.dataclass
 class LoadedModel:
-  params: Any  # Nested dict of float32 arrays (the family's layout).
+  params: Any  # Nested dict of float32 arrays (the table's layout).
   model_config: Any
   tokenizer: tokenizer_files.LoadedTokenizer
+  table: mapping.Table  # mapping.make_model(params, model_config, table)
   untrained_heads: tuple = ()  # e.g. ("mlm_head", "nsp_head") for BertModel.
-  family: str = "bert"  # The hf.mapping table: mapping.make_model(family=).
 
 
 def load_model(path: str, step: int | None = None) -> LoadedModel:
-  """The masked LM of a workdir (latest or `step`), a step dir, an
-  imported dir, an HF dir or a TF checkpoint, through `bert_jax.pretrained`
-  and its objective (``objectives.masked_lm``); the import report says
-  which heads were initialized fresh (absent from the source)."""
+  """The encoder of a workdir (latest or `step`), a step dir, an imported
+  dir, an HF dir or a TF checkpoint (``compose.encoder_params``), as its
+  family's bare encoder (``mapping.make_model`` builds a
+  ``models.heads.EncoderModel``)."""
+  source = pretrained.resolve(path, step)
+  params, _ = pretrained.load_params(source)
+  if source.config is None:  # A weights file without config: one error.
+    pretrained.load_model_config(source)
+  model_config, encoder = compose.bare_encoder(source.config, params)
+  return LoadedModel(encoder, model_config, pretrained.load_tokenizer(source),
+                     compose.family(source.config).encoder_table)
+
+
+def load_masked_lm(path: str, step: int | None = None) -> LoadedModel:
+  """The masked LM of a run or directory (``compose.masked_lm``; ELECTRA's
+  generator); the import report says which heads were initialized fresh
+  (absent from the source)."""
   source = pretrained.resolve(path, step)
   params, report = pretrained.load_params(source)
-  model = objectives.masked_lm(source.config, params)
+  model = compose.masked_lm(source.config, params)
   return LoadedModel(model.params, model.model_config,
-                     pretrained.load_tokenizer(source), tuple(report.fresh),
-                     model.family)
+                     pretrained.load_tokenizer(source), model.table,
+                     tuple(report.fresh))
 
 
 # -----------------------------------------------------------------------------
@@ -133,32 +151,11 @@ def check_max_length(max_length: int | None, model_config) -> int:
 # -----------------------------------------------------------------------------
 # The forward pass: one jitted function per (model graph, layer, outputs).
 # -----------------------------------------------------------------------------
-def encoder_of(model):
-  """The encoder inside a family's model (BERT's ``bert``, ModernBERT's
-  ``model``), or `model` itself when it is one."""
-  for name in ("bert", "model"):
-    sub = getattr(model, name, None)
-    if isinstance(sub, nnx.Module) and hasattr(sub, "hidden_states"):
-      return sub
-  return model
-
-
-def _positions_and_width(encoder) -> tuple[int, int]:
-  """(max positions, hidden size): ModernBERT has no position table."""
-  if hasattr(encoder, "max_positions"):
-    table = encoder.word_embeddings[...]
-    return int(encoder.max_positions), int(table.shape[1])
-  emb = encoder.embeddings
-  return (int(emb.position_embeddings[...].shape[0]),
-          int(emb.word_embeddings[...].shape[1]))
-
-
 @functools.lru_cache(maxsize=16)
 def _forward(graphdef, num_layers: int, per_token: bool):
 
   def fn(state, ids, mask, seg):
-    model = nnx.merge(graphdef, state)
-    encoder = encoder_of(model)
+    encoder = nnx.merge(graphdef, state).encoder
     h = encoder.hidden_states(ids, mask, seg, num_layers)[num_layers]
     h = h.astype(jnp.float32)
     m = mask.astype(jnp.float32)[..., None]
@@ -195,12 +192,12 @@ class _Embedder:
                batch_size: int, max_length: int | None, per_token: bool):
     if pooling not in POOLINGS:
       raise ValueError(f"--pooling {pooling!r} must be one of {POOLINGS}.")
-    encoder = encoder_of(model)
-    if not hasattr(encoder, "hidden_states"):
-      raise ValueError(f"{type(model).__name__} has no encoder to embed with "
-                       "(a BERT, DistilBERT, ModernBERT or fine-tuned model).")
-    num_layers = resolve_layer(layer, len(encoder.layers))
-    max_pos, self.hidden = _positions_and_width(encoder)
+    if not isinstance(model, heads.EncoderModel):
+      raise ValueError(f"{type(model).__name__} is not an encoder to embed "
+                       "with: load one with load_model (any family's "
+                       "encoder, bert_jax.models.heads.EncoderModel).")
+    num_layers = resolve_layer(layer, len(model.encoder.layers))
+    max_pos, self.hidden = model.max_positions, model.hidden_size
     max_length = max_pos if max_length is None else int(max_length)
     if not 2 <= max_length <= max_pos:
       raise ValueError(f"max_length={max_length} must be between 2 and the "
@@ -251,8 +248,8 @@ def embed(model, tokenizer, sentences: Sequence[str], pooling: str = "cls",
           max_length: int | None = None, per_token: bool = False):
   """Sentence vectors [N, hidden] float32 (and per-token vectors), in memory.
 
-  `model`: an nnx BertForPreTraining or BertModel, a ModernBERT masked LM
-  or ModernBertModel (see mapping.make_model);
+  `model`: any family's encoder (``models.heads.EncoderModel``: the
+  ``mapping.make_model`` of a :func:`load_model`);
   `tokenizer`: an tokenizer_files.LoadedTokenizer or a `tokenizers.Tokenizer`. Texts
   longer than `max_length` (default max_position_embeddings) keep their
   first tokens and the final [SEP]. With `per_token`, returns

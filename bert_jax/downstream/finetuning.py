@@ -14,19 +14,13 @@ batches; evaluation runs over every validation example and writes the
 task's official metrics to `OUT/results.json`, TensorBoard and a table, and
 per-example predictions to `OUT/predictions/<split>/`.
 
-Task kinds (`task.kind`, else from `task.name`), each one module:
-  sentence  `sentence_tasks`: GLUE, CSV / TSV / JSONL; `classify`
-  token     `token_tasks`: CoNLL, JSONL, TFDS conll2003; `token_classify`
-  span      `span_tasks`: SQuAD v1.1 / v2.0 JSON or TFDS; `span_qa`
-(BERT's heads, for BERT, ALBERT, ELECTRA and DistilBERT sources; a family
-with heads of its own names them per kind, `Objective.finetune_objectives`:
-ModernBERT's modernbert_classify / _token_classify / _span_qa).
-A kind module gives KIND, OBJECTIVE, `read(config, label_dir)` -> (task,
-train, {split: eval}) (every check on the task's data, nothing written),
-`save(workdir, task)` (its label_map.json, after every check), `Input(config,
-tok, task, train, evals)` (train_iter, eval_splits, num_train),
-`Scorer(task, input, config)` (`score(split, [(example_index, outputs)])` ->
-metrics, `details`, `write(dir)`) and `main_score(metrics)`.
+Task kinds (`task.kind`, else from `task.name`; ``bert_jax/tasks/``):
+  sentence  GLUE, CSV / TSV / JSONL: classification or regression
+  token     CoNLL, JSONL, TFDS conll2003: NER tagging
+  span      SQuAD v1.1 / v2.0 JSON or TFDS: extractive QA
+Any kind's head goes on the checkpoint's family's encoder (BERT, ALBERT,
+ELECTRA's discriminator, DistilBERT, ModernBERT: ``bert_jax/compose.py``),
+laid out as that family's Hugging Face task class.
 
 `--sweep_learning_rates=2e-5,3e-5,5e-5 --sweep_seeds=0,1,2` runs one
 fine-tuning per pair under OUT/lr<lr>-seed<seed>/ and reports, per task, the
@@ -46,21 +40,17 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
+from bert_jax import compose
 from bert_jax import config_lib
-from bert_jax import objectives
 from bert_jax import pretrained
+from bert_jax import tasks
 from bert_jax.checkpoints import reading as checkpoint_reading
 from bert_jax.checkpoints import workdir_lock
 from bert_jax.data import feature_batches
-from bert_jax.data import squad_sources
-from bert_jax.data import token_sources
 from bert_jax.data import tokenizers
-from bert_jax.downstream import metrics as task_metrics
-from bert_jax.downstream import sentence_tasks
-from bert_jax.downstream import span_tasks
-from bert_jax.downstream import token_tasks
 from bert_jax.downstream import workdir_task
 from bert_jax.hf import mapping
+from bert_jax.tasks import sentence_metrics
 from bert_jax.training import config_checks
 from bert_jax.training import trainer as trainer_lib
 
@@ -77,34 +67,35 @@ _KEEP_FROM_CONFIG = ("hidden_dropout_prob", "attention_probs_dropout_prob",
 # ==============================================================================
 # Task kinds and config.
 # ==============================================================================
-# task.kind -> the module that reads, batches and scores that kind of task.
-KINDS = {m.KIND: m for m in (sentence_tasks, token_tasks, span_tasks)}
+DEFAULT_KIND = "sentence"
 
 
-def task_kind(config):
-  """The task-kind module of `config`: task.kind, or from task.name (TFDS
-  conll2003 -> token, squad/* -> span, else sentence)."""
+def task_kind(config) -> tasks.Kind:
+  """The task kind of `config`: task.kind, or from task.name (a TFDS task
+  of a kind, e.g. conll2003 -> token, squad/* -> span; else sentence)."""
   t = config.task
-  named = ("token" if t.name in token_sources.TFDS_TASKS else
-           "span" if t.name in squad_sources.TFDS_TASKS else "")
-  kind = t.get("kind", "") or named or "sentence"
-  if kind not in KINDS:
-    raise ValueError(f"task.kind={kind!r} must be one of {sorted(KINDS)}.")
+  named = next((k.name for k in tasks.all_kinds().values()
+                if t.name in k.tfds_tasks), "")
+  kind = t.get("kind", "") or named or DEFAULT_KIND
+  if kind not in tasks.names():
+    raise ValueError(f"task.kind={kind!r} must be one of "
+                     f"{sorted(tasks.names())}.")
   if named and kind != named:
     raise ValueError(f"task.name={t.name!r} is a {named} task; task.kind="
                      f"{kind!r} contradicts it (leave task.kind empty).")
-  return KINDS[kind]
+  return tasks.get(kind)
 
 
-def check_packing(config, kind) -> None:
-  """data.packing is a sentence-task layout (one label per packed example,
-  read at its [CLS]); token and span windows are length-bucketed: one line
-  refuses them before anything is read or written."""
-  if config.data.get("packing", False) and kind is not sentence_tasks:
+def check_packing(config, kind: tasks.Kind) -> None:
+  """data.packing needs a kind whose head reads packed rows (one vector
+  per packed example); token and span windows are length-bucketed: one
+  line refuses them before anything is read or written."""
+  if config.data.get("packing", False) and not kind.packing:
+    packed = sorted(k.name for k in tasks.all_kinds().values() if k.packing)
     raise ValueError(
-        f"data.packing=True with task.kind={kind.KIND!r}: packed fine-tuning "
-        "rows hold sentence tasks only; token and span tasks batch their "
-        "windows by length buckets: set data.packing=False.")
+        f"data.packing=True with task.kind={kind.name!r}: packed fine-tuning "
+        f"rows hold {' and '.join(packed)} tasks only; the other kinds batch "
+        "their windows by length buckets: set data.packing=False.")
 
 
 def read_task(config, label_dir: str):
@@ -124,23 +115,31 @@ def class_names(config, task) -> tuple[str, ...]:
 
 def task_input(config, tok, task, train, evals):
   """The kind's input: train_iter, eval_splits / eval_batches, num_train."""
-  return task_kind(config).Input(config, tok, task, train, evals)
+  return task_kind(config).make_input(config, tok, task, train, evals)
 
 
 def encoder_model_config(source):
-  """The BertModel the head wraps: the objective's encoder config
-  (ELECTRA's discriminator, DistilBERT's student) or the source's model."""
+  """The encoder the head goes on: the one the source's run holds
+  (ELECTRA's discriminator, DistilBERT's student, a task run's own), with
+  its family's pooler activation."""
   if source.config is None:  # No model config stored: one clear error.
     return pretrained.load_model_config(source)
-  return objectives.encoder_config(source.config)
+  return compose.encoder_config(source.config)
+
+
+def source_family(source) -> str:
+  """The family of the source's encoder (a bare weights file: BERT)."""
+  if source.config is None:
+    return "bert"
+  return compose.family(source.config).name
 
 
 def resolve_config(config, source, task, num_train: int):
   """The run's full config: the checkpoint's architecture, the task kind's
-  objective (the source family's head of that kind,
-  ``finetune_objective``) and head width,
-  and num_steps / warmup_steps derived from epochs (over `num_train`
-  training rows or windows) when unset."""
+  objective on the source's family's encoder (``objective.encoder``: the
+  head's layout and export class follow it) and head width, and
+  num_steps / warmup_steps derived from epochs (over `num_train` training
+  rows or windows) when unset."""
   kind = task_kind(config)
   config = ml_collections.ConfigDict(config.to_dict())  # Unlocked copy.
   model = config_lib.complete_model(encoder_model_config(source).to_dict())
@@ -148,13 +147,8 @@ def resolve_config(config, source, task, num_train: int):
     model[field] = config.model[field]
   model.num_labels = task.num_labels
   config.model = model
-  # The family's head of this task kind (stored with the run: its export
-  # class).
-  config.objective.name = finetune_objective(source, kind).name
-  # Whose encoder this is: the head's activation came with it
-  # (model.pooler_act), and the export class follows it.
-  config.objective.encoder = (objectives.encoder_name(source.config)
-                              if source.config is not None else "bert")
+  config.objective.name = kind.objective
+  config.objective.encoder = source_family(source)
   t = config.train
   if t.num_steps <= 0:
     t.num_steps = max(1, math.ceil(t.num_epochs * num_train / t.batch_size))
@@ -222,60 +216,34 @@ def _global_rows(local: np.ndarray) -> np.ndarray:
 # ==============================================================================
 # One fine-tuning run.
 # ==============================================================================
-def finetune_objective(source, kind=sentence_tasks):
-  """The objective that fine-tunes `source` for a task of `kind`: its
-  family's for that kind (``Objective.finetune_objectives``: ModernBERT's
-  own heads), else BERT's head of the kind on the BertModel encoder
-  (``kind.OBJECTIVE``). A family that names heads but none for `kind`
-  cannot fine-tune it: one line says so."""
-  objective = objectives.get(source.objective)
-  heads = objective.finetune_objectives
-  if heads is None:
-    return objectives.get(kind.OBJECTIVE)
-  if kind.KIND not in heads:
-    raise ValueError(
-        f"task.kind={kind.KIND!r}: train.init_from={source.path} is a "
-        f"{source.objective} checkpoint, which has no {kind.KIND} head here "
-        f"(its task kinds: {', '.join(sorted(heads))}).")
-  return objectives.get(heads[kind.KIND])
-
-
 def _with_encoder(fresh_params, encoder, filled=frozenset()
                   ) -> tuple[dict, list[str]]:
-  """Fresh params with the loaded encoder's entries that the head's model
-  has (a token / QA model has no pooler); returns what stayed fresh, and
-  the kept entries holding a leaf in `filled` (ids of leaves the import
-  made fresh)."""
+  """Fresh params with the loaded encoder's entries that the task model
+  has (a token / QA head's encoder has no pooler): `encoder` is
+  {subtree: params} (the encoder, and a family's transform); returns what
+  stayed fresh of those subtrees, and the kept entries holding a leaf in
+  `filled` (ids of leaves the import made fresh)."""
   params = dict(jax.device_get(fresh_params))
-  mine = dict(params["bert"])
-  kept = {k: v for k, v in encoder.items() if k in mine}
-  fresh = set(mine) - set(kept) | {
-      k.split(".")[0] for k, v in mapping.flatten_params(kept).items()
-      if id(v) in filled}
-  params["bert"] = {**mine, **kept}
-  return params, sorted(fresh)
+  fresh = []
+  for name, loaded in encoder.items():
+    mine = dict(params[name])
+    kept = {k: v for k, v in loaded.items() if k in mine}
+    fresh += [f"{name}/{k}" for k in sorted(set(mine) - set(kept) | {
+        k.split(".")[0] for k, v in mapping.flatten_params(kept).items()
+        if id(v) in filled})]
+    params[name] = {**mine, **kept}
+  return params, fresh
 
 
 def encoder_init(source, config, fresh_params, abstract_params):
-  """Fresh params with the checkpoint's encoder (`bert` subtree) in place,
-  placed like `abstract_params` (the train state's, with their shardings):
-  the head stays at its random init (reported), as in HF. The source's
-  params are loaded as its run saved them (any family, an exported
-  classifier of another task too) and the objective takes the encoder out;
-  entries the head's model lacks (a pooler, for token and QA heads) are
-  left out; a family with its own classifier (ModernBERT,
-  ``Objective.finetune_params``) says what that classifier takes over.
-  `config` is the run's (resolve_config)."""
-  objective = objectives.get(source.objective)
-  if objective.finetune_params is not None:
-    loaded, report = pretrained.load_params(
-        source, pretrained.load_model_config(source), seed=config.train.seed)
-    params = objective.finetune_params(loaded,
-                                       dict(jax.device_get(fresh_params)))
-    logging.info("Encoder (%s objective) from %s (%s).", objective.name,
-                 source.path, report)
-    return checkpoint_reading.place_params(params, abstract_params,
-                                           source=source.path)
+  """Fresh params with the checkpoint's encoder in place, placed like
+  `abstract_params` (the train state's, with their shardings): the head's
+  output stays at its random init (reported), as in HF. The source's params
+  are loaded as its run saved them (any family, any task run too) and its
+  family takes the encoder out (``compose.encoder_params``: ELECTRA's
+  discriminator, ALBERT's groups untied, ModernBERT's encoder and
+  prediction head); entries the task model lacks (a pooler, for token and
+  QA heads) are left out. `config` is the run's (resolve_config)."""
   loaded, report = pretrained.load_params(source, seed=config.train.seed)
   # What the head starts fresh: what the encoder lacks, and what the import
   # filled fresh and the encoder kept (a BertForMaskedLM's pooler). The
@@ -284,13 +252,13 @@ def encoder_init(source, config, fresh_params, abstract_params):
   filled = {id(v) for k, v in mapping.flatten_params(loaded).items()
             if any(k == h or k.startswith(h + ".") for h in report.fresh)}
   report.fresh = []
-  params, fresh = _with_encoder(
-      fresh_params, dict(objectives.encoder_params(loaded, source.config)),
-      filled)
-  logging.info("Encoder (%s objective) from %s (%s); fresh: %s%s.",
+  encoder = (compose.encoder_params(source.config, loaded)
+             if source.config is not None else {"bert": loaded["bert"]})
+  params, fresh = _with_encoder(fresh_params, encoder, filled)
+  logging.info("Encoder (%s run) from %s (%s); fresh: %s%s.",
                source.objective, source.path, report,
-               ", ".join(sorted(k for k in params if k != "bert")),
-               "".join(f", bert/{k}" for k in fresh))
+               ", ".join(sorted(k for k in params if k not in encoder)),
+               "".join(f", {k}" for k in fresh))
   return checkpoint_reading.place_params(params, abstract_params,
                                          source=source.path)
 
@@ -338,7 +306,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
   # read, so check with the configured or a placeholder count).
   probe = ml_collections.ConfigDict(config.to_dict())
   probe.train.num_steps = max(1, probe.train.num_steps)
-  probe.objective.name = finetune_objective(source, kind).name
+  probe.objective.update(name=kind.objective, encoder=source_family(source))
   config_checks.validate(probe, jax.device_count(), jax.process_count(),
                          check_sources=False)
   with workdir_lock.hold(workdir, take_over=take_over_workdir) as lock:
@@ -347,7 +315,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
     task, train_rows, eval_rows = kind.read(config, workdir if resumes
                                             else "")
     tok = tokenizers.load(tok_spec.path, tok_spec.kind, tok_spec.lower_case)
-    inputs = kind.Input(config, tok, task, train_rows, eval_rows)
+    inputs = kind.make_input(config, tok, task, train_rows, eval_rows)
     config = resolve_config(config, source, task, inputs.num_train)
     phases = config_checks.validate(config, jax.device_count(),
                                     jax.process_count(), check_sources=False)
@@ -360,16 +328,15 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
     pretrained.record_tokenizer(workdir, tok)  # What an export ships with.
     logging.info("Task %s: %d train rows (%d %s), eval %s; %d steps of "
                  "batch %d.", task.name, len(train_rows), inputs.num_train,
-                 "features" if kind is not sentence_tasks else
                  "packed rows" if config.data.get("packing", False) else
-                 "examples",
+                 "examples" if kind.role == "pooled" else "features",
                  {k: len(v) for k, v in eval_rows.items()},
                  config.train.num_steps, config.train.batch_size)
-    scorer = kind.Scorer(task, inputs, config)
+    scorer = kind.make_scorer(task, inputs, config)
     evaluator = Evaluator(scorer, inputs, config)
     trainer = trainer_lib.Trainer(
         config, workdir, data=inputs,
-        objective=objectives.get(config.objective.name), evaluate=evaluator,
+        objective=compose.objective(config), evaluate=evaluator,
         init_params=lambda fresh, abstract: encoder_init(
             source, config, fresh, abstract), phases=phases)
     start = time.time()
@@ -380,7 +347,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
       evaluator(trainer, trainer.final_state["params"])
     scores = evaluator.scores
     results = dict(
-        task=task.name, kind=kind.KIND,
+        task=task.name, kind=kind.name,
         init_from=source.path, init_step=source.step,
         step=int(config.train.num_steps), seconds=time.time() - start,
         learning_rate=config.train.learning_rate, seed=config.train.seed,
@@ -396,7 +363,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
               os.path.join(workdir, PREDICTIONS_DIR))]
       with tf.io.gfile.GFile(os.path.join(workdir, RESULTS_FILE), "w") as f:
         json.dump(results, f, indent=1)
-  print(task_metrics.format_table({task.name: scores}))
+  print(sentence_metrics.format_table({task.name: scores}))
   return results
 
 

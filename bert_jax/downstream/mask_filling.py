@@ -23,8 +23,9 @@ import jax
 import numpy as np
 from flax import nnx
 
-from bert_jax import objectives
+from bert_jax import compose
 from bert_jax import pretrained
+from bert_jax.families import bert as bert_family
 from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
 
@@ -35,8 +36,8 @@ _CLEANUP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"),
 
 
 def load(path: str, step: int | None = None):
-  """-> (params, model config, LoadedTokenizer, family) for any --model:
-  its run's masked LM (``objectives.masked_lm``; ELECTRA's generator).
+  """-> (params, model config, LoadedTokenizer, table) for any --model:
+  its run's masked LM (``compose.masked_lm``; ELECTRA's generator).
 
   ValueError when it has none: a fine-tuned classifier, or a Hugging Face
   directory without an MLM head (a BertModel such as sentence-transformers'
@@ -47,14 +48,14 @@ def load(path: str, step: int | None = None):
   if MLM_HEAD in report.fresh:
     raise ValueError(no_masked_lm_head(f"--model={path}"))
   try:
-    model = objectives.masked_lm(source.config, params)
+    model = compose.masked_lm(source.config, params)
   except ValueError as e:  # A fine-tuned classifier: name what it came from.
     start = (source.config.get("train") or {}).get("init_from", "")
     raise ValueError(f"--model={path}: {e}" + (
         f" Fill masks with the model it was fine-tuned from: {start}."
         if start else "")) from None
   return (model.params, model.model_config, pretrained.load_tokenizer(source),
-          model.family)
+          model.table)
 
 
 MLM_HEAD = "mlm_head"  # Our prefix of the masked-LM head (every family).
@@ -75,9 +76,8 @@ class FillMask:
 
   def __init__(self, params, model_config,
                tokenizer: tokenizer_files.LoadedTokenizer,
-               family: str = "bert"):
-    model = mapping.make_model(params, model_config, dtype="float32",
-                               family=family)
+               table: mapping.Table = bert_family.BERT):
+    model = mapping.make_model(params, model_config, table, dtype="float32")
     graphdef, state = nnx.split(model)
     self._state = state
 

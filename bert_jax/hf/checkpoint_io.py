@@ -23,18 +23,11 @@ from safetensors import numpy as safetensors_numpy
 from safetensors import safe_open
 from safetensors.numpy import load_file
 
-from bert_jax import config_lib
 from bert_jax.hf import importing
 from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
 from bert_jax.hf import vocab
 
-# HF BertConfig fields that our model config shares, by the same name.
-MODEL_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
-                "num_attention_heads", "intermediate_size", "hidden_act",
-                "hidden_dropout_prob", "attention_probs_dropout_prob",
-                "max_position_embeddings", "type_vocab_size",
-                "initializer_range", "layer_norm_eps")
 # Fields that fix the parameter shapes and the function computed: a source and
 # the config it is loaded into must agree on them.
 ARCH_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
@@ -62,69 +55,6 @@ HF_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json",
 # --------------------------------------------------------------------------
 # Configs
 # --------------------------------------------------------------------------
-def hf_config_from_model_config(model_config, *, pad_token_id: int = 0,
-                                architectures=None,
-                                family: str = "bert",
-                                extra: Mapping[str, Any] | None = None) -> dict:
-  """Our model config -> an HF config dict (config.json); `architectures`
-  defaults to the class the family exports."""
-  fam = mapping.get(family)
-  if fam.config_to_hf is not None:  # Not a BertConfig (ALBERT, DistilBERT).
-    cfg = fam.config_to_hf(model_config, pad_token_id)
-    cfg.update(extra or {})
-    return cfg
-  cfg = {"architectures": list(architectures or (fam.export_architecture,)),
-         "model_type": fam.model_type}
-  for f in MODEL_FIELDS:
-    cfg[f] = model_config[f]
-  for f in ("vocab_size", "hidden_size", "num_hidden_layers",
-            "num_attention_heads", "intermediate_size",
-            "max_position_embeddings", "type_vocab_size"):
-    cfg[f] = int(cfg[f])
-  for f in ("hidden_dropout_prob", "attention_probs_dropout_prob",
-            "initializer_range", "layer_norm_eps"):
-    cfg[f] = float(cfg[f])
-  cfg.update(pad_token_id=int(pad_token_id), position_embedding_type="absolute",
-             tie_word_embeddings=True, dtype="float32")
-  if extra:
-    cfg.update(extra)
-  return cfg
-
-
-def model_config_from_hf_config(hf_config: Mapping[str, Any]):
-  """An HF config dict (or Google bert_config.json) -> our model config
-  (the conversion of the family its class and model_type name)."""
-  fam = mapping.for_hf_config(hf_config)
-  if hf_config.get("model_type", "bert") != fam.model_type:
-    fam = mapping.by_model_type(hf_config["model_type"])
-  if fam.config_from_hf is not None:
-    return fam.config_from_hf(hf_config)
-  cfg = config_lib.model_config("base")
-  for f in MODEL_FIELDS:
-    if f in hf_config:
-      cfg[f] = type(cfg[f])(hf_config[f])
-  if "intermediate_size" not in hf_config:
-    cfg.intermediate_size = 4 * cfg.hidden_size
-  # Sequence classification heads: num_labels, or as many as id2label names.
-  labels = hf_config.get("num_labels") or len(hf_config.get("id2label") or {})
-  if labels:
-    cfg.num_labels = int(labels)
-  if "num_attention_heads" not in hf_config:
-    cfg.num_attention_heads = cfg.hidden_size // 64
-  model_type = hf_config.get("model_type", "bert")
-  if model_type != "bert":
-    raise ValueError(f"config.json model_type={model_type!r}: only 'bert' "
-                     "checkpoints can be imported.")
-  pos = hf_config.get("position_embedding_type", "absolute")
-  if pos != "absolute":
-    raise ValueError(f"position_embedding_type={pos!r} is not supported "
-                     "(only 'absolute').")
-  if cfg.hidden_act != "gelu":
-    raise ValueError(f"hidden_act={cfg.hidden_act!r} is not supported; this "
-                     "model implements exact (erf) 'gelu' only.")
-  return cfg
-
-
 def check_same_architecture(src, dst, path: str,
                             field: str = "train.init_from",
                             note: str = "") -> None:
@@ -215,23 +145,14 @@ def read_hf_state_dict(path: str) -> tuple[dict[str, np.ndarray], str]:
       f"No model.safetensors, pytorch_model.bin or TF checkpoint in {path}.")
 
 
-def load_hf_params(path: str, model_config=None, *, family: str = "bert",
+def load_hf_params(path: str, model_config, table: mapping.Table, *,
                    seed: int = 0) -> tuple[dict, importing.ImportReport]:
-  """Load weights from an HF dir / TF checkpoint as our param tree.
-
-  `model_config`: our model config to load into; None derives it from the
-  directory's config.json / bert_config.json. Returns (params as a nested
-  dict of float32 numpy arrays, ImportReport).
-  """
-  if model_config is None:
-    hf_cfg = read_hf_config(path)
-    if hf_cfg is None:
-      raise FileNotFoundError(f"No config.json or bert_config.json in {path}; "
-                              "pass model_config.")
-    model_config = model_config_from_hf_config(hf_cfg)
+  """Load weights from an HF dir / TF checkpoint as our param tree of
+  `table` for `model_config` -> (params as a nested dict of float32 numpy
+  arrays, ImportReport)."""
   sd, fmt = read_hf_state_dict(path)
-  return importing.from_hf_state_dict(sd, model_config, family=family, seed=seed,
-                                    source=path, fmt=fmt)
+  return importing.from_hf_state_dict(sd, model_config, table, seed=seed,
+                                      source=path, fmt=fmt)
 
 
 def write_safetensors(path: str, tensors, metadata) -> None:
@@ -291,11 +212,11 @@ def load_imported(path: str) -> tuple[dict, Any, importing.ImportReport]:
 # Export
 # --------------------------------------------------------------------------
 class HFModel(NamedTuple):
-  """One Hugging Face model directory of an export (an objective's
-  ``hf_export`` entries; ``bert_jax.export`` writes each with
+  """One Hugging Face model directory of an export (``bert_jax.compose``
+  says which a run holds; ``bert_jax.export`` writes each with
   :func:`save_hf_model`)."""
   subdir: str  # under the export directory; "" = the directory itself
-  family: str  # the hf.mapping table: names, config.json, architecture
+  table: mapping.Table  # names, config.json, architecture
   model_config: Any  # our model config of this model
   params: Any  # its param tree (the family's layout)
 
@@ -303,12 +224,12 @@ class HFModel(NamedTuple):
 def save_hf_model(out_dir: str, params, model_config, *,
                   tokenizer: tokenizer_files.TokenizerSpec | None = None,
                   untrained_heads: tuple[str, ...] = (),
-                  family: str = "bert",
+                  table: mapping.Table,
                   source: str = "",
                   label_names=()) -> list[str]:
-  """Write an HF directory of the family; returns the files written.
+  """Write an HF directory of the table's class; returns the files written.
 
-  config.json (the family's config conversion, plus its own fields, e.g.
+  config.json (the table's config conversion, plus its own fields, e.g.
   id2label from `label_names` for classification) + model.safetensors
   (float32, tied weights written explicitly) + tokenizer files, the pad id
   read from the tokenizer. With a tokenizer smaller than the table, the
@@ -318,7 +239,7 @@ def save_hf_model(out_dir: str, params, model_config, *,
   The checks (params vs model.vocab_size, tokenizer vs vocab_size) run
   before anything is written.
   """
-  fam = mapping.get(family)
+  fam = table
   if vocab.rows(params) != int(model_config.vocab_size):
     raise ValueError(f"The params have {vocab.rows(params)} vocabulary rows "
                      f"but model.vocab_size={model_config.vocab_size}.")
@@ -339,7 +260,7 @@ def save_hf_model(out_dir: str, params, model_config, *,
       model_config.vocab_size = n_tok
     pad = tok.token_to_id(tokenizer_files.SPECIAL_TOKENS["pad_token"])
     pad_id = 0 if pad is None else pad
-  sd = mapping.to_hf_state_dict(params, family=family)
+  sd = mapping.to_hf_state_dict(params, table)
   os.makedirs(out_dir, exist_ok=True)
   write_safetensors(os.path.join(out_dir, "model.safetensors"), sd,
                     {"format": "pt"})
@@ -367,8 +288,7 @@ def save_hf_model(out_dir: str, params, model_config, *,
     with open(os.path.join(out_dir, UNTRAINED_HEADS_NOTE), "w") as f:
       f.write("# Untrained heads\n\n" + msg + "\n")
     written.append(UNTRAINED_HEADS_NOTE)
-  cfg = hf_config_from_model_config(model_config, pad_token_id=pad_id,
-                                    family=family, extra=extra)
+  cfg = dict(fam.config_to_hf(model_config, pad_id), **extra)
   if tokenizer is not None:  # Families whose config names more special ids.
     for key, token in _SPECIAL_ID_TOKENS:
       tok_id = tok.token_to_id(tok_cfg.get(token, ""))

@@ -1,6 +1,6 @@
 """Import: a Hugging Face or Google TF state dict -> our param tree, by a
-family's table (``mapping.Family``), with a report of what was loaded,
-initialized fresh or skipped. The export direction is ``mapping``'s."""
+table (``mapping.Table``), with a report of what was loaded, initialized
+fresh or skipped. The export direction is ``mapping``'s."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 from flax import nnx
 
 from bert_jax.hf import mapping
-from bert_jax.hf.mapping import Family
+from bert_jax.hf.mapping import Table
 
 
 # --------------------------------------------------------------------------
@@ -54,7 +54,7 @@ TF_TRAINING_STATE = re.compile(
     r"(/adam_[mv]$|/Adam(_1)?$|/LAMB(_1)?$|^global_step$|_power$)")
 
 
-def canonical_hf_name(name: str, fam: Family, known) -> str:
+def canonical_hf_name(name: str, fam: Table, known) -> str:
   """Map the naming variants of HF checkpoints onto the table's names."""
   for prefix in ("module.", "model."):
     if name.startswith(prefix):
@@ -68,7 +68,7 @@ def canonical_hf_name(name: str, fam: Family, known) -> str:
   return name
 
 
-def _layer_patterns(fam: Family) -> list[re.Pattern]:
+def _layer_patterns(fam: Table) -> list[re.Pattern]:
   """Regexes of the per-layer names (HF and TF), any layer index."""
   pats = []
   for r in fam.rows:
@@ -81,32 +81,33 @@ def _layer_patterns(fam: Family) -> list[re.Pattern]:
   return pats
 
 
-def _fresh_params(fam: Family, model_config, seed: int) -> dict:
+def _fresh_params(fam: Table, model_config, seed: int) -> dict:
   m = fam.make_model(model_config, nnx.Rngs(seed))
   flat = mapping.flatten_params(nnx.to_pure_dict(nnx.state(m, nnx.Param)))
   return {k: np.asarray(v, np.float32) for k, v in flat.items()}
 
 
-def expected_shapes(model_config, family: str = "bert") -> dict[str, tuple]:
-  fam = mapping.get(family)
-  abstract = nnx.eval_shape(lambda: fam.make_model(model_config, nnx.Rngs(0)))
+def expected_shapes(model_config, table: Table) -> dict[str, tuple]:
+  abstract = nnx.eval_shape(lambda: table.make_model(model_config,
+                                                     nnx.Rngs(0)))
   flat = mapping.flatten_params(nnx.to_pure_dict(nnx.state(abstract, nnx.Param)))
   return {k: tuple(v.shape) for k, v in flat.items()}
 
 
-def from_hf_state_dict(state_dict: Mapping[str, Any], model_config, *,
-                       family: str = "bert", seed: int = 0, source: str = "",
+def from_hf_state_dict(state_dict: Mapping[str, Any], model_config,
+                       table: Table, *, seed: int = 0, source: str = "",
                        fmt: str = "") -> tuple[dict, ImportReport]:
-  """{HF (any class of the family) or Google TF name: array} -> (tree, report).
+  """{HF (any class the table reads) or Google TF name: array} -> (tree,
+  report).
 
   Heads missing from the source are initialized fresh (seeded) and listed in
   the report; keys we have no use for are listed as skipped; optimizer slots
   and global_step of TF checkpoints are skipped silently (counted in a note).
   Raises ValueError naming the tensor and the config field on a shape mismatch.
   """
-  fam = mapping.get(family)
+  fam = table
   n_layers = int(model_config[fam.blocks_field])
-  rows = fam.table(n_layers)
+  rows = fam.expand(n_layers)
   by_hf = {r.hf: (r.ours, r.transpose_hf) for r in rows}
   by_tf = {r.tf: (r.ours, r.transpose_tf) for r in rows if r.tf}
   known = set(by_hf) | set(fam.tied)
@@ -161,7 +162,7 @@ def from_hf_state_dict(state_dict: Mapping[str, Any], model_config, *,
         f"The source has encoder layers beyond model.{fam.blocks_field}="
         f"{n_layers} (e.g. {stray[0]}); set {fam.blocks_field} to match.")
 
-  shapes = expected_shapes(model_config, family)
+  shapes = expected_shapes(model_config, table)
   for ours, arr in found.items():
     if tuple(arr.shape) != shapes[ours]:
       field = fam.shape_field(ours)

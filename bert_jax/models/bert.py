@@ -79,6 +79,8 @@ class Embeddings(nnx.Module):
     else:
       x = x + jnp.take(self.position_embeddings[...], position_ids, axis=0)
     if self.token_type_embeddings is not None:
+      if segment_ids is None:  # One segment, as HF's token_type_ids default.
+        segment_ids = jnp.zeros_like(input_ids)
       types = logical.constrain(self.token_type_embeddings[...],
                                 ("type", None))
       x = x + jnp.take(types, segment_ids, axis=0)
@@ -358,71 +360,6 @@ class BertForMaskedLM(nnx.Module):
     mlm_logits = self.mlm_head(gather_positions(seq, masked_lm_positions),
                                self.bert.embeddings.word_embeddings[...])
     return dict(mlm_logits=mlm_logits, sequence_output=seq)
-
-
-class BertForSequenceClassification(nnx.Module):
-  """BERT with a classification / regression head on the pooled [CLS]
-  (HF ``BertForSequenceClassification``: pooler -> dropout -> linear).
-
-  `config.num_labels` outputs; 1 means regression (STS-B).
-  """
-
-  def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
-    self.bert = BertModel(config, rngs=rngs)
-    self.dropout = nnx.Dropout(config.hidden_dropout_prob)
-    self.classifier = Dense(config, config.hidden_size, config.num_labels,
-                            ("embed", "classes"), rngs=rngs)
-
-  def __call__(self, input_ids, input_mask, segment_ids, *,
-               deterministic=True, rngs=None, sequence_ids=None,
-               position_ids=None, cls_positions=None):
-    """Returns logits [B, num_labels] in float32 ([B, S, num_labels] for
-    packed rows: one per example, at its `cls_positions`)."""
-    _, pooled = self.bert(input_ids, input_mask, segment_ids,
-                          deterministic=deterministic, rngs=rngs,
-                          sequence_ids=sequence_ids,
-                          position_ids=position_ids,
-                          cls_positions=cls_positions)
-    pooled = self.dropout(pooled, deterministic=deterministic, rngs=rngs)
-    return (pooled @ self.classifier.kernel[...]
-            + self.classifier.bias[...]).astype(jnp.float32)
-
-
-class BertForTokenClassification(nnx.Module):
-  """BERT with a per-token tagging head (HF ``BertForTokenClassification``:
-  encoder without pooler -> dropout -> linear ``classifier``)."""
-
-  def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
-    self.bert = BertModel(config, rngs=rngs, add_pooling_layer=False)
-    self.dropout = nnx.Dropout(config.hidden_dropout_prob)
-    self.classifier = Dense(config, config.hidden_size, config.num_labels,
-                            ("embed", "classes"), rngs=rngs)
-
-  def __call__(self, input_ids, input_mask, segment_ids, *,
-               deterministic=True, rngs=None):
-    """Returns logits [B, T, num_labels] in float32."""
-    seq, _ = self.bert(input_ids, input_mask, segment_ids,
-                       deterministic=deterministic, rngs=rngs)
-    seq = self.dropout(seq, deterministic=deterministic, rngs=rngs)
-    return self.classifier(seq).astype(jnp.float32)
-
-
-class BertForQuestionAnswering(nnx.Module):
-  """BERT with start / end logits per token (HF ``BertForQuestionAnswering``:
-  encoder without pooler -> linear ``qa_outputs`` to 2, no dropout)."""
-
-  def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
-    self.bert = BertModel(config, rngs=rngs, add_pooling_layer=False)
-    self.qa_outputs = Dense(config, config.hidden_size, 2,
-                            ("embed", "classes"), rngs=rngs)
-
-  def __call__(self, input_ids, input_mask, segment_ids, *,
-               deterministic=True, rngs=None):
-    """Returns (start_logits, end_logits), each [B, T] in float32."""
-    seq, _ = self.bert(input_ids, input_mask, segment_ids,
-                       deterministic=deterministic, rngs=rngs)
-    logits = self.qa_outputs(seq).astype(jnp.float32)
-    return logits[..., 0], logits[..., 1]
 
 
 def validate_model_config(config: ml_collections.ConfigDict) -> None:

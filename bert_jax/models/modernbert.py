@@ -1,6 +1,7 @@
 """ModernBERT (Warner et al. 2024) in Flax NNX, equal to Hugging Face's
-``ModernBertForMaskedLM``, ``ModernBertForSequenceClassification``,
-``ModernBertForTokenClassification`` and ``ModernBertForQuestionAnswering``.
+``ModernBertModel`` and ``ModernBertForMaskedLM``; its task classes are the
+encoder with a ``models.heads.TaskModel`` head in ModernBERT's layout (the
+prediction head before the classifier, ``families/modernbert.py``).
 
   token embeddings -> LayerNorm -> L pre-norm blocks -> final LayerNorm
   block i:  x += Attention(LN(x))   (no LN before the first block, as HF)
@@ -23,7 +24,7 @@ positions count from 0 and the mask is the padding's.
 Initialization as HF's ``_init_weights``: truncated normals (cut at 2 std)
 of std initializer_range for embeddings, Wqkv and Wi, and
 initializer_range / sqrt(2 L) for both output projections and the head's
-dense; hidden_size**-0.5 for a classifier. The module tree mirrors HF's
+dense; hidden_size**-0.5 for a classifier (:func:`classifier_init`). The module tree mirrors HF's
 names (``hf/modernbert.py`` renames ``attn.Wqkv`` <-> ``attn.wqkv``).
 """
 
@@ -34,6 +35,7 @@ import ml_collections
 from flax import nnx
 
 from bert_jax.models import attention as attention_lib
+from bert_jax.models import heads
 from bert_jax.models import logical
 from bert_jax.models import rope_attention
 from bert_jax.models.bert import gather_positions
@@ -46,7 +48,7 @@ from bert_jax.models.layers import truncated_normal_init
 from bert_jax.models.layers import zeros_init
 
 CUTOFF = 2.0  # HF initializer_cutoff_factor.
-POOLINGS = ("cls", "mean")
+POOLINGS = heads.POOLINGS
 ATTENTION_IMPLS = ("xla", "dot_product_attention", "cudnn", "splash")
 _ACTIVATION = ("activation_batch", "activation_length", "activation_embed")
 
@@ -151,15 +153,17 @@ class ModernBertModel(nnx.Module):
     self.max_positions = int(config.max_position_embeddings)
 
   def __call__(self, input_ids, input_mask, segment_ids=None, *,
-               position_ids=None, sequence_ids=None, deterministic=True,
-               rngs=None):
-    """-> last hidden state [B, T, d] (after the final norm)."""
-    del segment_ids  # No segment embeddings.
+               position_ids=None, sequence_ids=None, cls_positions=None,
+               deterministic=True, rngs=None):
+    """-> (last hidden state [B, T, d] after the final norm, None): an
+    encoder's (token states, pooled output), with no pooler. Segment ids
+    and [CLS] positions are not read (no segment embeddings, no pooler)."""
+    del segment_ids, cls_positions
     x = self.embeddings(input_ids, deterministic=deterministic, rngs=rngs)
     context = _context(input_ids, input_mask, position_ids, sequence_ids)
     x = run_layers(self.layers, x, context, self.remat_policy,
                    deterministic=deterministic, rngs=rngs)
-    return self.final_norm(x)
+    return self.final_norm(x), None
 
   def hidden_states(self, input_ids, input_mask, segment_ids=None,
                     num_layers: int | None = None) -> list:
@@ -231,99 +235,19 @@ class ModernBertForMaskedLM(nnx.Module):
     every position. Packed rows' `cls_positions` are not read (no
     sentence-pair head)."""
     del cls_positions
-    seq = self.model(input_ids, input_mask, position_ids=position_ids,
-                     sequence_ids=sequence_ids, deterministic=deterministic,
-                     rngs=rngs)
+    seq, _ = self.model(input_ids, input_mask, position_ids=position_ids,
+                        sequence_ids=sequence_ids, deterministic=deterministic,
+                        rngs=rngs)
     h = self.head(gather_positions(seq, masked_lm_positions))
     return dict(mlm_logits=self.decoder(h, self.model.word_embeddings[...]),
                 sequence_output=seq)
 
 
-class ModernBertForSequenceClassification(nnx.Module):
-  """Encoder, pooling ([CLS] or the mean over real tokens:
-  model.classifier_pooling), head, dropout, classifier with bias (HF
-  ``ModernBertForSequenceClassification``; dropout
-  model.classifier_dropout_prob). `config.num_labels` outputs."""
-
-  def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
-    self.model = ModernBertModel(config, rngs=rngs)
-    self.head = PredictionHead(config, rngs=rngs)
-    self.dropout = nnx.Dropout(config.classifier_dropout_prob)
-    self.classifier = Dense(
-        config, config.hidden_size, config.num_labels, ("embed", "classes"),
-        rngs=rngs, init=truncated_normal_init(_std(config, "final"), CUTOFF,
-                                              ("embed", "classes")))
-    self.pooling = config.classifier_pooling
-
-  def __call__(self, input_ids, input_mask, segment_ids=None, *,
-               deterministic=True, rngs=None):
-    """Returns logits [B, num_labels] in float32."""
-    seq = self.model(input_ids, input_mask, deterministic=deterministic,
-                     rngs=rngs)
-    if self.pooling == "cls":
-      pooled = seq[:, 0]
-    else:
-      m = (input_mask > 0).astype(seq.dtype)[..., None]
-      pooled = jnp.sum(seq * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1)
-    pooled = self.dropout(self.head(pooled), deterministic=deterministic,
-                          rngs=rngs)
-    return (pooled.astype(jnp.float32) @ self.classifier.kernel[...]
-            + self.classifier.bias[...]).astype(jnp.float32)
-
-
-class _PerTokenHead(nnx.Module):
-  """Encoder, head, dropout and a classifier with bias at every position
-  (HF ``ModernBertForTokenClassification`` / ``ForQuestionAnswering``;
-  dropout model.classifier_dropout_prob): logits [B, T, outputs] float32."""
-
-  def __init__(self, config, outputs: int, *, rngs: nnx.Rngs):
-    self.model = ModernBertModel(config, rngs=rngs)
-    self.head = PredictionHead(config, rngs=rngs)
-    self.dropout = nnx.Dropout(config.classifier_dropout_prob)
-    self.classifier = Dense(
-        config, config.hidden_size, outputs, ("embed", "classes"),
-        rngs=rngs, init=truncated_normal_init(_std(config, "final"), CUTOFF,
-                                              ("embed", "classes")))
-
-  def per_token(self, input_ids, input_mask, *, deterministic, rngs):
-    seq = self.model(input_ids, input_mask, deterministic=deterministic,
-                     rngs=rngs)
-    h = self.dropout(self.head(seq), deterministic=deterministic, rngs=rngs)
-    return (jnp.einsum("btd,dc->btc", h.astype(jnp.float32),
-                       self.classifier.kernel[...])
-            + self.classifier.bias[...]).astype(jnp.float32)
-
-
-class ModernBertForTokenClassification(_PerTokenHead):
-  """A tag per position (HF ``ModernBertForTokenClassification``):
-  `config.num_labels` outputs."""
-
-  def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
-    super().__init__(config, config.num_labels, rngs=rngs)
-
-  def __call__(self, input_ids, input_mask, segment_ids=None, *,
-               deterministic=True, rngs=None):
-    """Returns logits [B, T, num_labels] in float32."""
-    del segment_ids  # No segment embeddings.
-    return self.per_token(input_ids, input_mask, deterministic=deterministic,
-                          rngs=rngs)
-
-
-class ModernBertForQuestionAnswering(_PerTokenHead):
-  """Answer start and end per position (HF
-  ``ModernBertForQuestionAnswering``: a 2-output classifier split in two;
-  nothing masked, as HF: ``objectives.span_qa`` masks the padding)."""
-
-  def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
-    super().__init__(config, 2, rngs=rngs)
-
-  def __call__(self, input_ids, input_mask, segment_ids=None, *,
-               deterministic=True, rngs=None):
-    """Returns (start, end) logits [B, T] in float32."""
-    del segment_ids
-    logits = self.per_token(input_ids, input_mask,
-                            deterministic=deterministic, rngs=rngs)
-    return logits[..., 0], logits[..., 1]
+def classifier_init(config):
+  """A task head's output kernel: N(0, hidden_size**-0.5) cut at 2 std
+  (HF ``_init_weights`` of ``classifier``)."""
+  return truncated_normal_init(_std(config, "final"), CUTOFF,
+                               ("embed", "classes"))
 
 
 def validate_model_config(config: ml_collections.ConfigDict) -> None:

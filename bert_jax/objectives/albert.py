@@ -50,23 +50,6 @@ def validate(config) -> None:
   data_checks.check_pretraining(config)
 
 
-def encoder_params(params, config) -> dict:
-  """A BertModel tree for fine-tuning: embeddings, the E -> H projection,
-  the trained pooler, and each layer a copy of its group's block (the copies
-  are fine-tuned untied)."""
-  m = config.model
-  if int(m.inner_group_num) != 1:
-    raise ValueError(f"model.inner_group_num={m.inner_group_num}: fine-tuning "
-                     "an ALBERT covers inner_group_num=1 (every released "
-                     "ALBERT).")
-  a, n, g = params["albert"], int(m.num_hidden_layers), int(
-      m.num_hidden_groups)
-  return {"embeddings": a["embeddings"],
-          "embeddings_project": a["embeddings_project"],
-          "layers": {i: a["groups"][i * g // n]["layers"][0] for i in range(n)},
-          "pooler": a["pooler"]}
-
-
 OBJECTIVE = Objective(
     name="albert", make_model=make_model, feature_spec=bert.feature_spec,
     loss_sums=bert.loss_sums, counts=bert.counts, loss=bert.loss,
@@ -76,5 +59,4 @@ OBJECTIVE = Objective(
     # Layer sharing saves parameters, not FLOPs; BERT's count with E != H
     # adds the projection and the H -> E MLM transform (the SOP head is
     # negligible).
-    flops=flops_lib.bert_flops, validate=validate,
-    encoder_params=encoder_params, packing=True)
+    flops=flops_lib.bert_flops, validate=validate, packing=True)

@@ -21,6 +21,7 @@ from flax import nnx
 from bert_jax.data import checks as data_checks
 from bert_jax.data import features
 from bert_jax.models import bert as model_lib
+from bert_jax.models import flops as flops_lib
 from bert_jax.objectives import Objective
 from bert_jax.objectives import safe_div
 
@@ -106,4 +107,5 @@ OBJECTIVE = Objective(
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
     log_keys=(("loss", "loss"), ("mlm_acc", "mlm_accuracy"),
               ("nsp_acc", "nsp_accuracy")),
-    validate=data_checks.check_pretraining, packing=True)
+    flops=flops_lib.bert_flops, validate=data_checks.check_pretraining,
+    packing=True)

@@ -16,7 +16,9 @@ jitted step. Loss, as the reference distiller.py with the published weights:
 + alpha_mlm * masked-LM cross-entropy on the true tokens
 + alpha_cos * (1 - cos(student, teacher last hidden state)) on real tokens.
 ``objective.teacher="random"`` uses a randomly initialized teacher (tests,
-smoke runs only).
+smoke runs only). The trainer loads the teacher (``Objective.teacher``:
+``training/start_from.py`` checks it is a BERT of config.model's
+architecture at startup).
 """
 
 from __future__ import annotations
@@ -27,15 +29,13 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from absl import logging
 
-from bert_jax import objectives
-from bert_jax import pretrained
 from bert_jax.data import checks as data_checks
 from bert_jax.data import features
 from bert_jax.models import bert as model_lib
 from bert_jax.models import flops as flops_lib
 from bert_jax.objectives import Objective
+from bert_jax.objectives import Teacher
 from bert_jax.objectives import bert
 from bert_jax.objectives import check_packed_input
 from bert_jax.objectives import safe_div
@@ -45,7 +45,7 @@ RANDOM_TEACHER = "random"
 
 def student_config(config) -> ml_collections.ConfigDict:
   """The student's model group: the teacher's with fewer layers, no segment
-  table (DistilBERT's architecture; hf/families.py exports it)."""
+  table (DistilBERT's architecture; families/distilbert.py exports it)."""
   mc = config.model.copy_and_resolve_references()
   mc.num_hidden_layers = int(config.objective.student_layers)
   mc.type_vocab_size = 0
@@ -70,37 +70,6 @@ def make_teacher(config, rngs):
 def feature_spec(config):
   del config
   return features.PRETRAINING
-
-
-def load_teacher(config) -> dict:
-  """Teacher params (host arrays) from `objective.teacher`, any BERT that
-  `bert_jax.pretrained` resolves; its architecture must equal config.model
-  (a ValueError names the differing field)."""
-  source = pretrained.resolve(config.objective.teacher)
-  if source.objective != "bert":
-    raise ValueError(f"objective.teacher={config.objective.teacher} holds a "
-                     f"{source.objective!r} run's params; the teacher must be "
-                     "a BERT.")
-  params, report = pretrained.load_params(source, config.model,
-                                          seed=config.train.seed)
-  if report.fresh:
-    logging.warning("The teacher %s lacks %s (initialized randomly): its "
-                    "soft targets are noise without a trained MLM head.",
-                    config.objective.teacher, report.fresh)
-  logging.info("Distillation teacher: %s", report.summary())
-  return params
-
-
-def warm_start(config, params, frozen):
-  """Load the teacher; initialize the student from it."""
-  del params
-  if config.objective.teacher == RANDOM_TEACHER:
-    logging.warning("objective.teacher=%r: the teacher is randomly "
-                    "initialized (for tests and smoke runs only).",
-                    RANDOM_TEACHER)
-  else:
-    frozen = load_teacher(config)
-  return student_from_teacher(config, frozen), frozen
 
 
 def student_from_teacher(config, teacher: dict) -> dict:
@@ -196,29 +165,7 @@ def validate(config) -> None:
   if o.temperature <= 0 or min(o.alpha_ce, o.alpha_mlm, o.alpha_cos) < 0:
     raise ValueError(f"objective.temperature={o.temperature} must be > 0 and "
                      "objective.alpha_ce/alpha_mlm/alpha_cos >= 0.")
-  check_teacher(config)
   data_checks.check_pretraining(config)
-
-
-def check_teacher(config) -> None:
-  """The teacher is a BERT of config.model's architecture, checked when the
-  config is (before anything is written; warm_start loads it only after the
-  data and the compile). Errors name objective.teacher."""
-  teacher = config.objective.teacher
-  if teacher in ("", RANDOM_TEACHER):
-    return
-  try:
-    source = pretrained.resolve(teacher)
-  except (ValueError, FileNotFoundError) as e:
-    raise type(e)(f"objective.teacher: {e}") from None
-  if source.objective != "bert":
-    raise ValueError(
-        f"objective.teacher={teacher} holds the model of a "
-        f"{source.objective!r} run ({source.kind}), not a BERT: the "
-        "teacher must be a BERT (a BERT pretraining workdir, or a "
-        "BertForPreTraining / BertForMaskedLM directory).")
-  pretrained.check_fits(source, config.model, "objective.teacher", note=(
-      " (the teacher's architecture, which the student's derives from)"))
 
 
 def flops(config, work) -> float:
@@ -231,32 +178,10 @@ def flops(config, work) -> float:
                                                               work)))
 
 
-def encoder_config(config):
-  """The student as fine-tuning's BertModel, its pooler the dense + ReLU of
-  Hugging Face's DistilBertForSequenceClassification (pre_classifier), so
-  a fine-tuned student exports to that class exactly."""
-  model = student_config(config)
-  model.pooler_act = "relu"
-  return model
-
-
-def encoder_params(params, config) -> dict:
-  """The student's encoder for fine-tuning (no pooler: a fresh one)."""
-  del config
-  return params["bert"]
-
-
-def hf_export(config, params):
-  """The student, as DistilBertForMaskedLM (the table naming "distil")."""
-  return (objectives.hf_model(config, params, student_config(config)),)
-
-
-def param_sources(config) -> dict:
-  """The teacher: the student starts from its params, so the run takes its
-  tokenizer (training/start_from.py)."""
+def teacher_path(config) -> str:
+  """objective.teacher, or "" for a randomly initialized teacher."""
   teacher = config.objective.teacher
-  return {} if teacher in ("", RANDOM_TEACHER) else {
-      "objective.teacher": teacher}
+  return "" if teacher == RANDOM_TEACHER else teacher
 
 
 OBJECTIVE = Objective(
@@ -264,7 +189,7 @@ OBJECTIVE = Objective(
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
     log_keys=(("loss", "loss"), ("mlm_acc", "mlm_accuracy"),
               ("ce", "distill_ce"), ("kl", "teacher_kl"), ("cos", "cos_loss")),
-    make_frozen=make_teacher, warm_start=warm_start,
-    param_sources=param_sources, hf_export=hf_export,
     flops=flops, validate=validate,
-    encoder_config=encoder_config, encoder_params=encoder_params)
+    teacher=Teacher(field="objective.teacher", path=teacher_path,
+                    make_model=make_teacher, family="bert",
+                    init_student=student_from_teacher))

@@ -22,14 +22,11 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import optax
 from flax import nnx
 
 from bert_jax.data import checks as data_checks
 from bert_jax.data import features
-from bert_jax.hf import checkpoint_io
-from bert_jax.hf import electra as hf_electra
 from bert_jax.models import electra as electra_model
 from bert_jax.models import flops as flops_lib
 from bert_jax.objectives import Objective
@@ -172,36 +169,6 @@ def flops(config, work) -> float:
           + work.tokens * 6.0 * (d * d + d))
 
 
-def encoder_config(config):
-  """The discriminator as fine-tuning's BertModel, its pooler the dense +
-  gelu that Hugging Face's ElectraClassificationHead puts on [CLS] (so a
-  fine-tuned ELECTRA exports to ElectraForSequenceClassification exactly)."""
-  model = ml_collections.ConfigDict(config.model.to_dict())
-  model.pooler_act = "gelu"
-  return model
-
-
-def encoder_params(params, config) -> dict:
-  """The discriminator for fine-tuning (as the paper fine-tunes it): the
-  shared embeddings, its E -> H projection when E != H, and its layers; the
-  pooler comes fresh."""
-  del config
-  enc = params["discriminator"]["encoder"]
-  out = {"embeddings": params["embeddings"], "layers": enc["layers"]}
-  if enc.get("embeddings_project") is not None:
-    out["embeddings_project"] = enc["embeddings_project"]
-  return out
-
-
-def hf_export(config, params) -> tuple[checkpoint_io.HFModel, ...]:
-  """Two Hugging Face models, as Google releases them: discriminator/
-  (ElectraForPreTraining) and generator/ (ElectraForMaskedLM), each with a
-  copy of the shared embeddings."""
-  return tuple(checkpoint_io.HFModel(
-      net, hf_electra.family_name(net), hf_electra.network_config(config, net),
-      hf_electra.network_params(params, net)) for net in hf_electra.NETWORKS)
-
-
 def validate(config) -> None:
   """The pretraining pipeline's checks, then ELECTRA's own fields, before
   anything is written: the generator's size (objective.generator_hidden_size
@@ -218,6 +185,4 @@ OBJECTIVE = Objective(
     log_keys=(("loss", "loss"), ("gen_acc", "mlm_accuracy"),
               ("disc_acc", "disc_accuracy"), ("disc_prec", "disc_precision"),
               ("disc_rec", "disc_recall"), ("replaced", "replaced_share")),
-    validate=validate, hf_export=hf_export,
-    flops=flops, encoder_config=encoder_config,
-    encoder_params=encoder_params)
+    validate=validate, flops=flops)

@@ -8,17 +8,12 @@ tokens with RoPE base 10,000 on every layer, then a context extension to
 8,192 with the global layers' base raised to 160,000 (``train.phases`` with
 a "model" entry; Hugging Face's ModernBertConfig holds the extended
 model's values).
-Fine-tuning goes through ``modernbert_classify``,
-``modernbert_token_classify`` and ``modernbert_span_qa``
-(ModernBertForSequenceClassification, ForTokenClassification,
-ForQuestionAnswering: ``FINETUNE_OBJECTIVES``), which take this run's
-encoder and prediction head, as Hugging Face does from a
-ModernBertForMaskedLM.
+Fine-tuning puts any task kind's head on this run's encoder and prediction
+head, as Hugging Face does from a ModernBertForMaskedLM
+(``families/modernbert.py``).
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import jax.numpy as jnp
 from flax import nnx
@@ -121,47 +116,8 @@ def validate(config) -> None:
   data_checks.check_pretraining(config)
 
 
-# The objective that fine-tunes a ModernBERT run (this one's or a
-# fine-tuned head's) per task kind (downstream/finetuning.py): each keeps
-# the encoder and the prediction head (finetune_params).
-FINETUNE_OBJECTIVES = {"sentence": "modernbert_classify",
-                       "token": "modernbert_token_classify",
-                       "span": "modernbert_span_qa"}
-
-
-def finetune_params(pretrained, fresh) -> dict:
-  """A classifier's params: the pretrained encoder and prediction head (as
-  HF loads ``head.*`` from a ModernBertForMaskedLM), a fresh classifier."""
-  return dict(fresh, model=pretrained["model"], head=pretrained["head"])
-
-
-def head_objective(task: Objective, *, name: str, make_model, validate,
-                   flops) -> Objective:
-  """`task`'s objective (loss, metrics, predict, features, log keys) on a
-  ModernBERT head: its own model, checks and FLOPs, exported by the default
-  path (the table naming `name`), started from a ModernBERT run."""
-  return dataclasses.replace(
-      task, name=name, make_model=make_model, validate=validate, flops=flops,
-      hf_export=None, finetune_objectives=FINETUNE_OBJECTIVES,
-      finetune_params=finetune_params)
-
-
-def per_token_flops(config, work: flops_lib.Work, outputs: int) -> float:
-  """A per-token fine-tuning head's step on `work` (token tagging, QA):
-  the encoder, then the prediction head (d -> d) and a classifier of
-  `outputs` on each token."""
-  d = int(config.model.hidden_size)
-  return (flops_lib.modernbert_encoder_flops(config.model, work,
-                                             config.data.seq_length)
-          + work.tokens * 6.0 * d * (d + int(outputs)))
-
-
 OBJECTIVE = Objective(
     name="modernbert", make_model=make_model, feature_spec=feature_spec,
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
     log_keys=(("loss", "loss"), ("mlm_acc", "mlm_accuracy")),
-    # Exported by the default path: table "modernbert" (its objectives),
-    # the model config of the checkpoint's phase (pretrained.py).
-    flops=flops_lib.modernbert_flops,
-    validate=validate, finetune_objectives=FINETUNE_OBJECTIVES,
-    finetune_params=finetune_params, packing=True)
+    flops=flops_lib.modernbert_flops, validate=validate, packing=True)

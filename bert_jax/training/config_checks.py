@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import ml_collections
 
-from bert_jax import objectives
+from bert_jax import compose
 from bert_jax.models import bert as model_lib
 from bert_jax.training import optim
 from bert_jax.training import phases as phases_lib
 from bert_jax.training import preemption
 from bert_jax.training import sharding
+from bert_jax.training import start_from
 
 
 def validate(config: ml_collections.ConfigDict, num_devices: int,
@@ -26,7 +27,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int,
   """All static checks: objective (and the input it reads), model, train,
   mesh and phases. Returns the run's phases, resolved here once for the job
   to pass on (`Trainer(phases=...)`)."""
-  objectives.get(config.objective.name)
+  compose.objective(config)  # Names one: ValueError listing them if not.
   model_lib.validate_model_config(config.model)
   _check_objective(config)
   _check_train_and_mesh(config, num_devices, process_count)
@@ -52,9 +53,8 @@ def check_tokenizer(config: ml_collections.ConfigDict, tok) -> None:
 def _check_objective(config) -> None:
   """The objective's checks (its `validate`): its own fields and those of
   the input it reads (`data.checks`), which differ by job."""
-  check = objectives.for_config(config).validate
-  if check is not None:
-    check(config)
+  compose.objective(config).validate(config)
+  start_from.check_teacher(config)
   _check_packing(config)
 
 
@@ -63,8 +63,8 @@ def _check_packing(config) -> None:
   if not data.get("packing", False):
     return
   name = config.objective.name
-  if not objectives.get(name).packing:
-    readers = [n for n in objectives.names() if objectives.get(n).packing]
+  if not compose.objective(config).packing:
+    readers = compose.packing_objective_names()
     raise ValueError(
         f"data.packing=True with objective.name={name!r}: packed rows are "
         f"read by {', '.join(readers)} only; set data.packing=False.")

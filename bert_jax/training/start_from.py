@@ -1,15 +1,16 @@
 """What a new run's params start from, and so which tokenizer it uses.
 
-``train.init_from`` (and an objective's own sources, e.g. a DistilBERT
-teacher: ``Objective.param_sources``) hand the run embeddings trained with
+``train.init_from`` (and an objective's teacher, e.g. DistilBERT's:
+``Objective.teacher``) hand the run embeddings trained with
 one tokenizer: token id i means what it meant there. So such a run's
 tokenizer is theirs, never a new one trained on the corpus (whose ids would
 mean other tokens: ``data.tokenizer_vocab_size`` does not apply).
 :func:`resolve` runs at startup, before anything is written:
 
 - each source is resolved (a path that is no checkpoint, another kind of
-  model such as GPT-2, or train.init_from of another architecture, is one
-  line naming the field);
+  model such as GPT-2, train.init_from of another architecture, or a
+  teacher of another family or architecture, is one line naming the
+  field);
 - the run's ``data.tokenizer_type/tokenizer_path/lower_case`` become the
   source's tokenizer (its ``tokenizer/record.json``, or the vocab.txt /
   spiece.model of a Hugging Face or imported directory);
@@ -26,7 +27,8 @@ import ml_collections
 from absl import logging
 from etils import epath
 
-from bert_jax import objectives
+from bert_jax import compose
+from bert_jax import families
 from bert_jax import pretrained
 from bert_jax.checkpoints import reading as checkpoint_reading
 from bert_jax.hf import tokenizer_files
@@ -37,9 +39,9 @@ def sources(config) -> dict[str, str]:
   found = {}
   if config.train.init_from:
     found["train.init_from"] = config.train.init_from
-  hook = objectives.for_config(config).param_sources
-  if hook is not None:
-    found.update(hook(config))
+  teacher = compose.objective(config).teacher
+  if teacher is not None and teacher.path(config):
+    found[teacher.field] = teacher.path(config)
   return found
 
 
@@ -71,8 +73,9 @@ def _resumes(workdir: str) -> bool:
 def _source_tokenizer(field: str, path: str, given: bool, config):
   """The tokenizer the params at `path` were trained with; None when it
   ships none that bert_jax reads and the config names one (`given`).
-  train.init_from's architecture is checked here too (a teacher's by its
-  objective): before the run writes anything, not after its compile."""
+  train.init_from's architecture is checked here too, and a teacher's
+  family and architecture: before the run writes anything, not after its
+  compile."""
   try:
     source = pretrained.resolve(path)
   except (ValueError, FileNotFoundError) as e:
@@ -90,6 +93,34 @@ def _source_tokenizer(field: str, path: str, given: bool, config):
         f"{field}={path} ships no tokenizer bert_jax reads (vocab.txt or a "
         "SentencePiece .model): set data.tokenizer_path to the one its "
         "embeddings were trained with.") from None
+
+
+def check_teacher(config) -> None:
+  """The objective's teacher, when it names a path, is a model of the
+  teacher's family (DistilBERT's: a BERT) and of config.model's
+  architecture, which the student's derives from: checked with the config
+  (before anything is written; the trainer loads it only after the data
+  and the compile). Errors name the field."""
+  teacher = compose.objective(config).teacher
+  path = teacher.path(config) if teacher is not None else ""
+  if not path:
+    return
+  try:
+    source = pretrained.resolve(path)
+  except (ValueError, FileNotFoundError) as e:
+    raise type(e)(f"{teacher.field}: {e}") from None
+  want = families.get(teacher.family)
+  have = (compose.family(source.config).name if source.config is not None
+          else "bert")
+  if have != want.name:
+    classes = " / ".join(c for _, c in want.pretraining_tables[0].architectures)
+    raise ValueError(
+        f"{teacher.field}={path} holds the model of a {source.objective!r} "
+        f"run ({source.kind}), not a {want.title}: the teacher must be a "
+        f"{want.title} (a {want.title} pretraining workdir, or a {classes} "
+        "directory).")
+  pretrained.check_fits(source, config.model, teacher.field, note=(
+      " (the teacher's architecture, which the student's derives from)"))
 
 
 def resolve(config, workdir: str) -> ml_collections.ConfigDict:

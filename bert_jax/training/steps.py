@@ -16,9 +16,11 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
+from absl import logging
 from flax import nnx
 
-from bert_jax import objectives
+from bert_jax import compose
+from bert_jax import pretrained
 from bert_jax.checkpoints import reading as checkpoint_reading
 from bert_jax.data import features
 from bert_jax.training import optim
@@ -30,21 +32,22 @@ from bert_jax.training import sharding
 # State: created directly sharded (eval_shape -> shardings -> jitted init).
 # ==============================================================================
 def abstract_model(config: ml_collections.ConfigDict, objective=None):
-  objective = objective or objectives.for_config(config)
+  objective = objective or compose.objective(config)
   return nnx.eval_shape(lambda: objective.make_model(config, nnx.Rngs(0)))
 
 
 def abstract_frozen(config, objective):
   """The objective's fixed module (a teacher) as shapes, or None."""
-  if objective.make_frozen is None:
+  if objective.teacher is None:
     return None
-  return nnx.eval_shape(lambda: objective.make_frozen(config, nnx.Rngs(0)))
+  return nnx.eval_shape(
+      lambda: objective.teacher.make_model(config, nnx.Rngs(0)))
 
 
 def init_state_fn(config, objective, tx):
   """A function () -> train state; jitted with out_shardings, never run eagerly.
 
-  Objectives with fixed params (`make_frozen`) get them as state["frozen"]:
+  Objectives with fixed params (a `teacher`) get them as state["frozen"]:
   carried through every step unchanged, checkpointed with the rest.
   """
 
@@ -61,8 +64,8 @@ def init_state_fn(config, objective, tx):
         nonfinite_steps=jnp.zeros((), jnp.int32),
         nonfinite_in_a_row=jnp.zeros((), jnp.int32),
     )
-    if objective.make_frozen is not None:  # Salt 2 is the eval rng's.
-      frozen = objective.make_frozen(
+    if objective.teacher is not None:  # Salt 2 is the eval rng's.
+      frozen = objective.teacher.make_model(
           config, nnx.Rngs(params=jax.random.fold_in(root, 3)))
       state["frozen"] = nnx.state(frozen, nnx.Param).to_pure_dict()
     return state
@@ -261,7 +264,7 @@ class Programs:
     `phases` to `phases.resolve(config)` (a run passes the ones it resolved
     while checking the config)."""
     self.config, self.mesh = config, mesh
-    self.objective = objective = objective or objectives.for_config(config)
+    self.objective = objective = objective or compose.objective(config)
     self.phases = phases_lib.resolve(config) if phases is None else phases
     self.rules = sharding.rules(config.mesh)
     # ---- Optimizer: one schedule, applied by the update and logged from it.
@@ -333,20 +336,31 @@ class Programs:
     return self._phase_steps[key]
 
   def warm_start(self, state):
-    """A fresh state through the objective's `warm_start` (e.g. the teacher
-    loaded and the student initialized from it); unchanged without one."""
-    if self.objective.warm_start is None:
+    """A fresh state with the objective's teacher loaded (a random one
+    kept as initialized) and the student initialized from it; unchanged
+    without a teacher."""
+    teacher = self.objective.teacher
+    if teacher is None:
       return state
-    host = jax.device_get({k: state[k] for k in ("params", "frozen")
-                           if k in state})
-    params, frozen = self.objective.warm_start(
-        self.config, host["params"], host.get("frozen"))
-    out = dict(state, params=checkpoint_reading.place_params(
-        params, self.abstract_state["params"], source="warm_start"))
-    if frozen is not None:
-      out["frozen"] = checkpoint_reading.place_params(
-          frozen, self.abstract_state["frozen"], source="warm_start")
-    return out
+    path = teacher.path(self.config)
+    if path:
+      frozen, report = pretrained.load_params(
+          pretrained.resolve(path), self.config.model,
+          seed=self.config.train.seed)
+      if report.fresh:
+        logging.warning("The teacher %s lacks %s (initialized randomly): its "
+                        "outputs are noise there.", path, report.fresh)
+      logging.info("Teacher (%s): %s", teacher.field, report.summary())
+    else:
+      logging.warning("%s: the teacher is randomly initialized (for tests "
+                      "and smoke runs only).", teacher.field)
+      frozen = jax.device_get(state["frozen"])
+    params = teacher.init_student(self.config, frozen)
+    return dict(
+        state, params=checkpoint_reading.place_params(
+            params, self.abstract_state["params"], source="warm_start"),
+        frozen=checkpoint_reading.place_params(
+            frozen, self.abstract_state["frozen"], source=path or "random"))
 
   def eval_rng(self, index: int) -> jax.Array:
     """Key data for eval batch `index`: the same every evaluation."""

@@ -12,7 +12,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from bert_jax import objectives
+from bert_jax import compose
 from bert_jax import pretrained
 from bert_jax.checkpoints import manager as checkpointing
 from bert_jax.checkpoints import reading as checkpoint_reading
@@ -79,7 +79,7 @@ class Throughput:
     w = {k: float(sum(np.float64(s[k]) for s in steps)) for k in steps[0]}
     steps = len(steps)
     self.restart()
-    flops = objectives.train_flops_per_step(config, flops_lib.Work(
+    flops = compose.train_flops_per_step(config, flops_lib.Work(
         tokens=w["tokens"], attended=w["attended"],
         predictions=w["predictions"]))
     tflops, mfu = utilization.mfu(flops, seconds, jax.device_count(),
@@ -351,7 +351,7 @@ class Trainer:
     writer = metrics_writer.MetricsWriter(
         self.workdir, enabled=jax.process_index() == 0)
     phase_config = self._phase_config(self._phase)
-    flops_per_step = objectives.train_flops_per_step(phase_config)
+    flops_per_step = compose.train_flops_per_step(phase_config)
     peak, peak_source = utilization.peak_tflops(
         config.model.dtype, train.peak_tflops)
     logging.info("%.3g training TFLOPs per step at full rows; peak %.1f "

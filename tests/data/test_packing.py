@@ -263,7 +263,7 @@ def test_modernbert_pretrains_on_packed_document_chunks(corpus, tmp_path):
   import jax
   from flax import nnx
 
-  from bert_jax import objectives
+  from bert_jax import compose
   from bert_jax.models import flops as flops_lib
   from bert_jax.training import steps as steps_lib
   from tests.helpers import family_checks
@@ -271,7 +271,7 @@ def test_modernbert_pretrains_on_packed_document_chunks(corpus, tmp_path):
   c.objective.name = "modernbert"
   c.model.update(family_checks.MODERNBERT_TINY, local_attention=16)
   config_checks.validate(c, 1, check_sources=False)
-  objective = objectives.for_config(c)
+  objective = compose.objective(c)
   batch = next(ip.create_train_iterator(c, corpus["tok"], str(tmp_path)))
   assert set(objective.feature_spec(c)) == set(batch)
   assert batch["sequence_ids"].max() > 1  # Several documents a row.
@@ -281,8 +281,8 @@ def test_modernbert_pretrains_on_packed_document_chunks(corpus, tmp_path):
       p, b, graphdef=graphdef, config=c, objective=objective))(params, batch)
   assert np.isfinite(float(loss)) and float(loss) > 0
   work = {k: float(v) for k, v in steps_lib.batch_work(batch).items()}
-  real = objectives.train_flops_per_step(c, flops_lib.Work(
+  real = compose.train_flops_per_step(c, flops_lib.Work(
       tokens=work["tokens"], attended=work["attended"],
       predictions=work["predictions"]))
   assert work["attended"] < work["tokens"] * T
-  assert real < objectives.train_flops_per_step(c)
+  assert real < compose.train_flops_per_step(c)

@@ -277,7 +277,7 @@ def test_label_all_subtokens(tok):
     (["O", "O"], ["O", "O", "O", "O"]),
 ])
 def test_label_all_subtokens_bioes(tok, tags, expected):
-  from bert_jax.downstream import entity_metrics
+  from bert_jax.tasks import entity_metrics
   names = ["O", "B-PER", "I-PER", "E-PER", "S-PER", "S-LOC"]
   data = token_sources.TaggedSentences([["wonderfully", "day"]], [tags],
                                        ["x"])

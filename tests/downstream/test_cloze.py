@@ -96,7 +96,7 @@ def test_multi_piece_verbalizer_word_is_an_error(tiny):
 
 
 def test_long_text_is_truncated_keeping_the_template_tail(tiny):
-  loaded = embeddings.load_model(tiny["out"])
+  loaded = embeddings.load_masked_lm(tiny["out"])
   clf = cloze.ZeroShotClassifier(loaded, TEMPLATE, VERBALIZER)
   long_text = " ".join(["the movie was very long"] * 40)  # ~200 tokens.
   encs, n = clf.encode([(long_text, None, "pos"), ("fun", None, "pos")])
@@ -121,7 +121,7 @@ def test_long_text_is_truncated_keeping_the_template_tail(tiny):
 
 
 def test_template_without_room_is_an_error(tiny):
-  loaded = embeddings.load_model(tiny["out"])
+  loaded = embeddings.load_masked_lm(tiny["out"])
   clf = cloze.ZeroShotClassifier(
       loaded, "{text} " + "very " * 20 + "[MASK].", VERBALIZER, max_length=16)
   with pytest.raises(ValueError, match="alone is longer than max_length=16"):

@@ -33,7 +33,8 @@ def minilm():
   path = os.path.join(os.path.dirname(spec.origin), "model")
   loaded = embeddings.load_model(path)
   return dict(path=path, loaded=loaded,
-              model=mapping.make_model(loaded.params, loaded.model_config))
+              model=mapping.make_model(loaded.params, loaded.model_config,
+                                       loaded.table))
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +95,8 @@ def test_bank_differs_by_context_though_its_input_row_is_the_same(minilm):
 def tiny(tmp_path_factory):
   t = tiny_models.make_hf_dir(str(tmp_path_factory.mktemp("embed")))
   t["loaded"] = embeddings.load_model(t["out"])
-  t["model"] = mapping.make_model(t["loaded"].params, t["loaded"].model_config)
+  t["model"] = mapping.make_model(t["loaded"].params, t["loaded"].model_config,
+                                  t["loaded"].table)
   return t
 
 

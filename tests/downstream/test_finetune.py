@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from bert_jax.downstream import finetuning
+from bert_jax.families import bert as bert_family
 from tests import helpers
 from tests.helpers import REPO
 
@@ -153,12 +154,10 @@ def test_eval_loss_and_scores_are_the_objectives_over_every_example(
   import jax
   from flax import nnx
 
-  from bert_jax import objectives
+  from bert_jax import compose
   from bert_jax import pretrained
   from bert_jax.data import tokenizers
-  from bert_jax.downstream import sentence_tasks
-  from bert_jax.models import bert as model_lib
-  from bert_jax.objectives import classify
+  from bert_jax.tasks import sentence as sentence_kind
   from bert_jax.training import config_checks
   from bert_jax.training import trainer as trainer_lib
   config = user_task(
@@ -176,10 +175,10 @@ def test_eval_loss_and_scores_are_the_objectives_over_every_example(
   config = finetuning.resolve_config(config, source, spec,
                                      task_input.num_train)
   phases = config_checks.validate(config, 1, check_sources=False)
-  scorer = sentence_tasks.Scorer(spec, task_input, config)
+  scorer = sentence_kind.Scorer(spec, task_input, config)
   evaluator = finetuning.Evaluator(scorer, task_input, config)
   trainer = trainer_lib.Trainer(
-      config, workdir, data=task_input, objective=objectives.get("classify"),
+      config, workdir, data=task_input, objective=compose.objective(config),
       evaluate=evaluator, phases=phases,
       init_params=lambda fresh, abstract: finetuning.encoder_init(
           source, config, fresh, abstract))
@@ -188,13 +187,13 @@ def test_eval_loss_and_scores_are_the_objectives_over_every_example(
     metrics = trainer.evaluate(params)
   finally:
     trainer.shutdown()
-  model = model_lib.BertForSequenceClassification(config.model,
-                                                  rngs=nnx.Rngs(0))
+  model = compose.objective(config).make_model(config, nnx.Rngs(0))
   nnx.update(model, jax.device_get(params))
   nll, hits, weight, lengths = 0.0, 0.0, 0.0, set()
   for batch in task_input.eval_splits["validation"]:
     lengths.add(batch["input_ids"].shape[1])
-    out = np.asarray(classify.logits(model, batch, None, True), np.float64)
+    out = np.asarray(sentence_kind.logits(model, batch, None, True),
+                     np.float64)
     logp = out - out.max(-1, keepdims=True)
     logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
     w, y = batch["example_weights"], batch["labels"]
@@ -222,10 +221,9 @@ def _random_like(hf_dir: str, out: str) -> str:
   from bert_jax.models import bert as model_lib
   model_config = pretrained.load_model_config(hf_dir)
   model = model_lib.BertForPreTraining(model_config, rngs=nnx.Rngs(0))
-  checkpoint_io.save_hf_model(
-      out, nnx.to_pure_dict(nnx.state(model, nnx.Param)), model_config,
+  checkpoint_io.save_hf_model(out, nnx.to_pure_dict(nnx.state(model, nnx.Param)), model_config,
       tokenizer=tokenizer_files.TokenizerSpec(
-          "wordpiece", os.path.join(hf_dir, "vocab.txt"), True))
+          "wordpiece", os.path.join(hf_dir, "vocab.txt"), True), table=bert_family.BERT)
   return out
 
 
@@ -273,7 +271,7 @@ def test_glue_task_end_to_end_with_its_metric(tiny_hf, tmp_path, task,
                                               metrics):
   import tensorflow_datasets as tfds
 
-  from bert_jax.downstream import metrics as task_metrics
+  from bert_jax.tasks import sentence_metrics
   config = finetune_config(init_from=tiny_hf["out"], num_steps=30)
   config.task.update(name=task, tfds_data_dir=str(tmp_path / "tfds"))
   with tfds.testing.mock_data(as_dataset_fn=_fake_glue):
@@ -283,7 +281,7 @@ def test_glue_task_end_to_end_with_its_metric(tiny_hf, tmp_path, task,
   assert results["eval_examples"] == {"validation": 40}
   assert all(0.0 <= v <= 1.0 for v in scores.values())
   assert results["main_score"] == pytest.approx(
-      task_metrics.main_score(scores))
+      sentence_metrics.main_score(scores))
 
 
 def test_missing_glue_data_says_how_to_prepare_it(tiny_hf, tmp_path):
@@ -316,7 +314,7 @@ def _classification_batch(step, batch=16, seq=32, vocab=89, labels=3):
 def child_main(out_path):
   import jax
 
-  from bert_jax import objectives
+  from bert_jax import compose
   from bert_jax.training import sharding
   from bert_jax.training import steps as steps_lib
   from tests.helpers import tiny_models
@@ -332,7 +330,7 @@ def child_main(out_path):
     config.mesh.update(data=data, fsdp=fsdp, tensor=tensor)
     devices = jax.devices()[:data * fsdp * tensor]
     programs = steps_lib.Programs(config, sharding.make_mesh(config.mesh, devices),
-                              objectives.get("classify"))
+                              compose.task_objective("sentence", "bert"))
     with programs.context():
       state = programs.init()
       losses = []

@@ -1,6 +1,7 @@
-"""Fine-tuning starts from any family: the objective's encoder hooks turn an
-ELECTRA, ALBERT or DistilBERT run's params into the BertModel the classifier
-wraps, computing exactly what the family's own encoder computed."""
+"""Fine-tuning starts from any family: the family's encoder of a run
+(``compose.encoder_config`` / ``encoder_params``) turns an ELECTRA, ALBERT
+or DistilBERT run's params into the BertModel a task head wraps, computing
+exactly what the family's own encoder computed."""
 
 import jax
 import jax.numpy as jnp
@@ -10,8 +11,9 @@ import pytest
 from flax import nnx
 
 from bert_jax import config_lib
-from bert_jax import objectives
+from bert_jax import compose
 from bert_jax import pretrained
+from bert_jax import tasks
 from bert_jax.downstream import finetuning
 from bert_jax.models import bert as model_lib
 
@@ -64,16 +66,15 @@ def _family_sequence_output(family, module, ids, mask, seg):
 @pytest.mark.parametrize("family", ["electra", "albert", "albert3", "distil"])
 def test_encoder_hooks_rebuild_the_family_encoder(family):
   config = _config(family)
-  objective = objectives.for_config(config)
+  objective = compose.objective(config)
   run_model = objective.make_model(config, nnx.Rngs(0))
   params = _noised(run_model)
   nnx.update(run_model, params)
-  enc_config = (objective.encoder_config(config)
-                if objective.encoder_config else config.model)
+  enc_config = compose.encoder_config(config)
   bert = model_lib.BertModel(enc_config, rngs=nnx.Rngs(1))
   graphdef, fresh = nnx.split(bert, nnx.Param)
   fresh = fresh.to_pure_dict()
-  encoder = objective.encoder_params(params, config)
+  encoder = compose.encoder_params(config, params)["bert"]
   # Everything but a pooler the family did not train comes from the run.
   assert set(fresh) - set(encoder) <= {"pooler"}
   assert ("pooler" in encoder) == family.startswith("albert")
@@ -108,19 +109,18 @@ def test_token_and_qa_heads_wrap_any_family_encoder(family, head):
   hook gives except a pooler, and then computes the family's sequence
   output under its head."""
   config = _config(family)
-  objective = objectives.for_config(config)
+  objective = compose.objective(config)
   run_model = objective.make_model(config, nnx.Rngs(0))
   params = _noised(run_model)
   nnx.update(run_model, params)
   enc_config = ml_collections.ConfigDict(
-      objectives.encoder_config(config).to_dict())
+      compose.encoder_config(config).to_dict())
   enc_config.num_labels = 5
-  cls = (model_lib.BertForTokenClassification if head == "token" else
-         model_lib.BertForQuestionAnswering)
-  model = cls(enc_config, rngs=nnx.Rngs(1))
+  model = compose.task_model(compose.family(config), tasks.get(head),
+                             enc_config, nnx.Rngs(1))
   graphdef, fresh = nnx.split(model, nnx.Param)
   merged, left_fresh = finetuning._with_encoder(  # pylint: disable=protected-access
-      fresh.to_pure_dict(), objectives.encoder_params(params, config))
+      fresh.to_pure_dict(), compose.encoder_params(config, params))
   assert "pooler" not in merged["bert"] and left_fresh == []
   ids, mask, seg = _inputs()
   ours, _ = nnx.merge(graphdef, merged).bert(ids, mask, seg)

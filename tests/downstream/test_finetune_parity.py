@@ -37,7 +37,7 @@ CLASSIFIER_SCALE = 10.0
 def _our_run(base):
   """Trains NUM_STEPS with our train step; returns (hparams, losses,
   grad norms, export dir of the initial params, saved batches path)."""
-  from bert_jax import objectives
+  from bert_jax import compose
   from bert_jax import pretrained
   from bert_jax.data import tokenizers
   from bert_jax.downstream import finetuning
@@ -61,7 +61,7 @@ def _our_run(base):
   task_input = finetuning.task_input(config, tok, spec, train_rows, eval_rows)
 
   mesh = sharding.make_mesh(config.mesh)
-  programs = steps_lib.Programs(config, mesh, objectives.get("classify"))
+  programs = steps_lib.Programs(config, mesh, compose.task_objective("sentence", "bert"))
   with programs.context():
     state = programs.init()
   params = finetuning.encoder_init(source, config, state["params"],
@@ -72,7 +72,7 @@ def _our_run(base):
   state = dict(state, params=params)
   init_dir = os.path.join(base, "init_hf")
   checkpoint_io.save_hf_model(init_dir, jax.device_get(state["params"]),
-                              config.model, family="bert_classify",
+                              config.model, table=compose.task_table("bert", "sentence"),
                               tokenizer=tok_spec)
 
   batches = [next(task_input.train_iter) for _ in range(NUM_STEPS)]

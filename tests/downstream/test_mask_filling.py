@@ -10,9 +10,12 @@ import os
 import numpy as np
 import pytest
 
+from bert_jax import compose
 from bert_jax import config_lib
 from bert_jax import fill_mask
+from bert_jax import pretrained
 from bert_jax.downstream import mask_filling
+from bert_jax.families import bert as bert_family
 from bert_jax.hf import checkpoint_io
 from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
@@ -64,9 +67,8 @@ def exported(request, tmp_path_factory):
       0, 2.0, flat["mlm_head.bias"].shape).astype(np.float32)
   params = mapping.unflatten_params(flat)
   out = str(base / "hf")
-  checkpoint_io.save_hf_model(
-      out, params, config.model,
-      tokenizer=tokenizer_files.TokenizerSpec(kind, path, True))
+  checkpoint_io.save_hf_model(out, params, config.model,
+      tokenizer=tokenizer_files.TokenizerSpec(kind, path, True), table=bert_family.BERT)
   return dict(kind=kind, out=out, workdir=str(base / "workdir"),
               params=params, config=config)
 
@@ -225,7 +227,7 @@ def test_fine_tuned_workdir_is_one_line(tmp_path, capsys):
   config.train.init_from = "/runs/pretrained"
   workdir = str(tmp_path / "ft")
   save_checkpoints(workdir, config, {4: random_tree(
-      lambda r: model_lib.BertForSequenceClassification(config.model,
+      lambda r: compose.task_objective("sentence", "bert").make_model(config,
                                                         rngs=r))})
   assert _refusal(capsys, workdir) == (
       f"error: --model={workdir}: A 'classify' run holds no masked-LM head "

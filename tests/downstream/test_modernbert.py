@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from bert_jax import compose
 from bert_jax import pretrained
+from bert_jax.families import modernbert as modernbert_family
 from bert_jax.hf import checkpoint_io
 from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
@@ -36,8 +38,7 @@ def hf_dir(tmp_path_factory):
   model = modernbert.ModernBertForMaskedLM(config, rngs=nnx.Rngs(0))
   params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
   out = os.path.join(base, "hf")
-  checkpoint_io.save_hf_model(
-      out, params, config, family="modernbert",
+  checkpoint_io.save_hf_model(out, params, config, table=modernbert_family.MODERNBERT,
       tokenizer=tokenizer_files.TokenizerSpec("wordpiece", vocab_path, True))
   return dict(base=base, out=out, config=config)
 
@@ -57,8 +58,9 @@ def test_finetune_learns_and_exports_a_sequence_classifier(hf_dir, tmp_path):
   assert results["scores"]["validation"]["accuracy"] > 0.8, results
   # The run is a ModernBERT classifier, and exports as one.
   source = pretrained.resolve(workdir)
-  assert source.config.objective.name == "modernbert_classify"
-  assert export.architecture("modernbert_classify") == (
+  assert (source.config.objective.name, source.config.objective.encoder) == (
+      "classify", "modernbert")
+  assert compose.task_table("modernbert", "sentence").export_architecture == (
       "ModernBertForSequenceClassification")
   out = str(tmp_path / "ft_hf")
   export.export_run(workdir, out)
@@ -74,8 +76,7 @@ def test_finetune_learns_and_exports_a_sequence_classifier(hf_dir, tmp_path):
   for i, e in enumerate(enc):
     ids[i, :len(e.ids)] = e.ids
   mask = (ids > 0).astype(np.int32)
-  graphdef, state = nnx.split(mapping.make_model(
-      params, config, family="modernbert_classify"))
+  graphdef, state = nnx.split(mapping.make_model(params, config, compose.task_table("modernbert", "sentence")))
   ours = np.asarray(jax.jit(lambda s: nnx.merge(graphdef, s)(ids, mask))(
       state))
   model = transformers.ModernBertForSequenceClassification.from_pretrained(
@@ -95,7 +96,7 @@ def test_embeddings_equal_transformers_hidden_states(hf_dir, layer):
   from bert_jax.downstream import embeddings
   loaded = embeddings.load_model(hf_dir["out"])
   model = mapping.make_model(loaded.params, loaded.model_config,
-                             family=loaded.family)
+                             loaded.table)
   sentences = ["the movie was great", "a long night on the river bank ,"
                " we walked along the water and opened our account ."]
   ours = embeddings.embed(model, loaded.tokenizer, sentences, pooling="mean",
@@ -114,9 +115,9 @@ def test_embeddings_equal_transformers_hidden_states(hf_dir, layer):
 # --- token and span tasks ------------------------------------------------------
 SEQ = 64  # Longer than the 8-token window (family_config's).
 # kind -> (objective, transformers class, steps, learning rate).
-PER_TOKEN = {"token": ("modernbert_token_classify",
+PER_TOKEN = {"token": ("token_classify",
                        "ModernBertForTokenClassification", 60, 5e-3),
-             "span": ("modernbert_span_qa", "ModernBertForQuestionAnswering",
+             "span": ("span_qa", "ModernBertForQuestionAnswering",
                       60, 3e-3)}
 
 
@@ -163,7 +164,8 @@ def test_token_and_span_tasks_fine_tune_with_modernberts_heads(
   from tests import helpers
   kind, results = per_token_run["kind"], per_token_run["results"]
   source = pretrained.resolve(per_token_run["workdir"])
-  assert source.config.objective.name == PER_TOKEN[kind][0]
+  assert (source.config.objective.name, source.config.objective.encoder) == (
+      PER_TOKEN[kind][0], "modernbert")
   assert results["kind"] == kind
   assert set(results["scores"]["validation"]) >= (
       {"f1", "precision", "recall"} if kind == "token" else
@@ -181,7 +183,6 @@ def test_token_and_span_exports_load_in_their_class_with_our_logits(
   or ModernBertForQuestionAnswering; AutoModelFor* loads it with no
   missing or unexpected keys, and its logits on padded rows longer than
   the window equal the run's predict outputs (1e-4)."""
-  from bert_jax import objectives
   kind, out = per_token_run["kind"], per_token_run["out"]
   objective_name, cls_name, _, _ = PER_TOKEN[kind]
   with open(os.path.join(out, "config.json")) as f:
@@ -212,9 +213,9 @@ def test_token_and_span_exports_load_in_their_class_with_our_logits(
   mask = (ids > 0).astype(np.int32)
   assert mask[0].all() and 0 < mask[1].sum() < SEQ // 4
   batch = dict(input_ids=ids, input_mask=mask, segment_ids=np.zeros_like(ids))
-  objective = objectives.get(objective_name)
-  graphdef, state = nnx.split(mapping.make_model(
-      params, config, family=mapping.for_objective(objective_name).name))
+  objective = compose.objective(source.config)
+  assert objective.name == objective_name
+  graphdef, state = nnx.split(mapping.make_model(params, config, compose.task_table("modernbert", kind)))
   ours = jax.jit(lambda s, b: objective.predict(nnx.merge(graphdef, s), b,
                                                 source.config))(state, batch)
   with torch.no_grad():
@@ -233,68 +234,49 @@ def test_token_and_span_exports_load_in_their_class_with_our_logits(
 
 
 
-def test_finetune_objective_per_task_kind(hf_dir):
-  """Each kind's head: ModernBERT's own for a ModernBERT source (a
-  pretraining directory or a fine-tuned head of any kind), BERT's for a
-  family that names none (None: the BertModel encoder)."""
+def test_every_kind_takes_modernberts_layout_from_any_modernbert_source(
+    hf_dir):
+  """Each kind's head on a ModernBERT source (a pretraining directory or a
+  fine-tuned head of any kind) is the kind's objective on ModernBERT's
+  encoder, laid out as HF's ModernBert task classes (the prediction head
+  before the output); it takes the source's encoder and prediction head
+  (what HF's from_pretrained of the class keeps from a
+  ModernBertForMaskedLM), its output stays fresh. A BERT source gives
+  BERT's layout."""
+  from bert_jax import compose
   from bert_jax import config_lib
-  from bert_jax import objectives
+  from bert_jax import tasks
   from bert_jax.downstream import finetuning
-  want = {"sentence": "modernbert_classify",
-          "token": "modernbert_token_classify", "span": "modernbert_span_qa"}
+  want = {"sentence": "classify", "token": "token_classify",
+          "span": "span_qa"}
   sources = [pretrained.resolve(hf_dir["out"])] + [
       pretrained.Source(pretrained.WORKDIR, f"/{name}",
                         config=config_lib.complete(
-                            {"objective": {"name": name}}))
+                            {"objective": {"name": name,
+                                           "encoder": "modernbert"}}))
       for name in want.values()]
   for source in sources:
-    got = {k: finetuning.finetune_objective(source, m).name
-           for k, m in finetuning.KINDS.items()}
-    assert got == want, source.objective
-  # Each head takes the source's encoder and prediction head (what HF's
-  # from_pretrained of the class keeps from a ModernBertForMaskedLM); its
-  # classifier stays fresh.
-  source = {"model": object(), "head": object(), "decoder": object()}
-  for name in want.values():
-    fresh = {"model": 0, "head": 0, "classifier": object()}
-    got = objectives.get(name).finetune_params(source, fresh)
-    assert set(got) == set(fresh), name
-    assert got["model"] is source["model"] and got["head"] is source["head"]
-    assert got["classifier"] is fresh["classifier"], name
+    assert finetuning.source_family(source) == "modernbert", source.objective
+  for kind, objective in want.items():
+    config = config_lib.complete({"objective": {"name": objective,
+                                                "encoder": "modernbert"}})
+    config.model.update(hidden_size=32, num_attention_heads=2,
+                        num_hidden_layers=2, intermediate_size=64,
+                        vocab_size=64)
+    model = compose.objective(config).make_model(config, nnx.Rngs(0))
+    tree = nnx.state(model, nnx.Param).to_pure_dict()
+    output = tasks.get(kind).output_name
+    assert set(tree) == {"model", "head", output}, kind
+    table = compose.task_table("modernbert", kind)
+    assert table.export_architecture == (
+        "ModernBert" + tasks.get(kind).hf_suffix)
+    assert {r.hf.split(".")[0] for r in table.rows} == {
+        "model", "head", "classifier"}
+  run = config_lib.complete({"objective": {"name": "modernbert"}})
+  params = {"model": object(), "head": object(), "decoder": object()}
+  got = compose.encoder_params(run, params)
+  assert set(got) == {"model", "head"}
+  assert got["model"] is params["model"] and got["head"] is params["head"]
   bert = pretrained.Source(pretrained.WORKDIR, "/bert",
                            config=config_lib.complete({}))
-  assert {k: finetuning.finetune_objective(bert, m).name
-          for k, m in finetuning.KINDS.items()} == {
-              "sentence": "classify", "token": "token_classify",
-              "span": "span_qa"}
-
-
-def test_a_family_without_a_kinds_head_is_refused_in_one_line(
-    hf_dir, tmp_path, monkeypatch):
-  """A family whose objective names heads but none for the task's kind
-  (here ModernBERT with its sentence head only): one error naming the
-  checkpoint and the kinds it has, raised before anything is written."""
-  import dataclasses
-  from bert_jax import objectives
-  from bert_jax.downstream import finetuning
-  from tests import helpers
-  from tests.helpers import span_tag_tasks
-  get = objectives.get
-  sentence_only = dataclasses.replace(
-      get("modernbert"), finetune_objectives={"sentence":
-                                              "modernbert_classify"})
-  monkeypatch.setattr(objectives, "get", lambda name: (
-      sentence_only if name == "modernbert" else get(name)))
-  train, dev = span_tag_tasks.write_tagging_task(str(tmp_path / "task"),
-                                                 n_train=4, n_dev=2)
-  config = helpers.load_config("ner")
-  config.task.update(name="gen", train_file=train, validation_file=dev)
-  config.train.init_from = hf_dir["out"]
-  config.data.seq_length = 64
-  with pytest.raises(ValueError) as e:
-    finetuning.run(config, str(tmp_path / "ft"))
-  assert str(e.value) == (
-      f"task.kind='token': train.init_from={hf_dir['out']} is a modernbert "
-      "checkpoint, which has no token head here (its task kinds: "
-      "sentence).")
-  assert helpers.written_files(tmp_path / "ft") == []
+  assert finetuning.source_family(bert) == "bert"

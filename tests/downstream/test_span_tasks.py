@@ -30,7 +30,7 @@ from bert_jax.data import span_features
 from bert_jax.data import squad_sources
 from bert_jax.data import tokenizers
 from bert_jax.downstream import finetuning
-from bert_jax.downstream import squad_metrics
+from bert_jax.tasks import squad_metrics
 from tests import helpers
 from tests.helpers import span_tag_tasks
 from tests.helpers import tiny_models

@@ -7,8 +7,8 @@ the code under test.
 
 import pytest
 
-from bert_jax.downstream import entity_metrics as em
-from bert_jax.downstream import squad_metrics as sm
+from bert_jax.tasks import entity_metrics
+from bert_jax.tasks import squad_metrics
 
 
 # --- conlleval ---------------------------------------------------------------
@@ -30,13 +30,13 @@ from bert_jax.downstream import squad_metrics as sm
     (["O", "O"], []),
 ])
 def test_conlleval_chunks(tags, expected):
-  assert em.entities(tags) == expected
+  assert entity_metrics.entities(tags) == expected
 
 
 def test_iob1_and_its_iob2_conversion_give_the_same_entities():
   iob1 = ["I-PER", "I-PER", "O", "I-LOC", "B-LOC", "I-LOC", "O", "I-ORG"]
   iob2 = ["B-PER", "I-PER", "O", "B-LOC", "B-LOC", "I-LOC", "O", "B-ORG"]
-  assert em.entities(iob1) == em.entities(iob2) == [
+  assert entity_metrics.entities(iob1) == entity_metrics.entities(iob2) == [
       ("PER", 0, 1), ("LOC", 3, 3), ("LOC", 4, 5), ("ORG", 7, 7)]
 
 
@@ -44,7 +44,7 @@ def test_entity_scores_by_hand():
   gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O", "B-PER"]]
   pred = [["B-PER", "I-PER", "O", "B-ORG"],  # PER right, LOC->ORG wrong
           ["B-ORG", "I-ORG", "B-PER"]]       # ORG too long, PER right
-  s = em.entity_scores(gold, pred)
+  s = entity_metrics.entity_scores(gold, pred)
   # gold entities: PER, LOC, ORG, PER = 4; predicted: PER, ORG, ORG, PER = 4;
   # correct: PER (0,1) and PER (2,2) = 2 -> P = R = F1 = 0.5.
   assert (s["precision"], s["recall"], s["f1"]) == (0.5, 0.5, 0.5)
@@ -62,17 +62,17 @@ def test_entity_scores_by_hand():
 def test_entity_scores_precision_and_recall_differ():
   gold = [["B-PER", "O", "B-LOC", "O"]]
   pred = [["B-PER", "O", "O", "O"]]
-  s = em.entity_scores(gold, pred)
+  s = entity_metrics.entity_scores(gold, pred)
   # 1 predicted, 1 correct, 2 gold: P 1, R 0.5, F1 2/3.
   assert (s["precision"], s["recall"]) == (1.0, 0.5)
   assert s["f1"] == pytest.approx(2 / 3)
-  empty = em.entity_scores([["O", "O"]], [["O", "O"]])
+  empty = entity_metrics.entity_scores([["O", "O"]], [["O", "O"]])
   assert (empty["precision"], empty["recall"], empty["f1"]) == (0, 0, 0)
   assert empty["accuracy"] == 1.0
 
 
 def test_conll_lines_are_conlleval_input():
-  lines = em.conll_lines([["Jim", "runs"], ["Paris"]],
+  lines = entity_metrics.conll_lines([["Jim", "runs"], ["Paris"]],
                          [["B-PER", "O"], ["B-LOC"]],
                          [["B-PER", "O"], ["O"]])
   assert lines == ["Jim B-PER B-PER", "runs O O", "", "Paris B-LOC O", ""]
@@ -89,28 +89,28 @@ def test_conll_lines_are_conlleval_input():
     ("the", ""),
 ])
 def test_normalize_answer_as_the_official_script(text, normal):
-  assert sm.normalize_answer(text) == normal
+  assert squad_metrics.normalize_answer(text) == normal
 
 
 def test_exact_and_f1_by_hand():
-  assert sm.exact("The Eiffel Tower", "eiffel tower!") == 1.0
+  assert squad_metrics.exact("The Eiffel Tower", "eiffel tower!") == 1.0
   # gold tokens [eiffel, tower], pred [tower, in, paris]: 1 common;
   # P 1/3, R 1/2, F1 = 2 * (1/6) / (5/6) = 0.4.
-  assert sm.f1("the Eiffel Tower", "tower in Paris") == pytest.approx(0.4)
+  assert squad_metrics.f1("the Eiffel Tower", "tower in Paris") == pytest.approx(0.4)
   # Repeated tokens count with multiplicity: gold [a1 a1 b], pred [a1 a1 a1]:
   # common 2; P 2/3, R 2/3.
-  assert sm.f1("x x y", "x x x") == pytest.approx(2 / 3)
+  assert squad_metrics.f1("x x y", "x x x") == pytest.approx(2 / 3)
   # Empty sides: v2 gives 1 when both are empty, v1.1 gives 0.
-  assert sm.f1("", "", version_2=True) == 1.0
-  assert sm.f1("", "", version_2=False) == 0.0
-  assert sm.f1("the", "a cat", version_2=True) == 0.0
+  assert squad_metrics.f1("", "", version_2=True) == 1.0
+  assert squad_metrics.f1("", "", version_2=False) == 0.0
+  assert squad_metrics.f1("the", "a cat", version_2=True) == 0.0
 
 
 def test_maximum_over_gold_answers():
   gold = {"q": ["Denver Broncos", "the Broncos", "Broncos"]}
-  scores, _ = sm.evaluate(gold, {"q": "Broncos"}, version_2=False)
+  scores, _ = squad_metrics.evaluate(gold, {"q": "Broncos"}, version_2=False)
   assert scores == dict(exact=1.0, f1=1.0)
-  scores, _ = sm.evaluate(gold, {"q": "Denver"}, version_2=False)
+  scores, _ = squad_metrics.evaluate(gold, {"q": "Denver"}, version_2=False)
   # vs "Denver Broncos": P 1, R 1/2 -> F1 2/3 (the best of the three).
   assert scores["exact"] == 0.0 and scores["f1"] == pytest.approx(2 / 3)
 
@@ -119,7 +119,7 @@ def test_v2_no_answer_scoring_and_best_threshold():
   gold = {"a": ["Paris"], "b": ["in 1999"], "c": [], "d": []}
   preds = {"a": "Paris", "b": "", "c": "", "d": "London"}
   odds = {"a": -3.0, "b": 2.0, "c": 1.0, "d": -1.0}
-  scores, extras = sm.evaluate(gold, preds, version_2=True, null_odds=odds)
+  scores, extras = squad_metrics.evaluate(gold, preds, version_2=True, null_odds=odds)
   # exact: a 1, b 0 (answerable, predicted null), c 1 (null right), d 0.
   assert scores["exact"] == 0.5 and scores["f1"] == 0.5
   assert scores["HasAns_exact"] == 0.5 and scores["NoAns_exact"] == 0.5
@@ -135,15 +135,15 @@ def test_v2_gold_that_normalises_empty_is_a_null_answer():
   # "The" normalises to "": the gold becomes [""], but the question is still
   # answerable (it has answers), as in evaluate-v2.0.py.
   gold = {"q": ["The"]}
-  scores, extras = sm.evaluate(gold, {"q": ""}, version_2=True)
+  scores, extras = squad_metrics.evaluate(gold, {"q": ""}, version_2=True)
   assert scores["exact"] == 1.0 and extras["HasAns_total"] == 1
 
 
 def test_missing_prediction_v1_counts_zero_v2_is_left_out():
   gold = {"a": ["x"], "b": ["y"]}
-  v1, _ = sm.evaluate(gold, {"a": "x"}, version_2=False)
+  v1, _ = squad_metrics.evaluate(gold, {"a": "x"}, version_2=False)
   assert v1["exact"] == 0.5
-  v2, extras = sm.evaluate(gold, {"a": "x"}, version_2=True)
+  v2, extras = squad_metrics.evaluate(gold, {"a": "x"}, version_2=True)
   assert v2["exact"] == 1.0 and extras["missing"] == 1
 
 
@@ -178,7 +178,7 @@ def _logits(best_start, best_end, size=9, high=5.0, extra=()):
 
 def _answers(span_map, logits, version_2=False, **kw):
   from bert_jax.data import squad_sources
-  from bert_jax.downstream import span_answers
+  from bert_jax.tasks import span_answers
   ex = [squad_sources.QAExample("q", "?", CONTEXT, (("big", 11),))]
   start = {f: l[0] for f, l in enumerate(logits)}
   end = {f: l[1] for f, l in enumerate(logits)}
@@ -190,7 +190,7 @@ def _nbest(span_map, logits, version_2=False, **kw):
   """The question's n-best list as (text, start logit, end logit) and the
   probabilities; checks the prediction is its first non-empty text."""
   from bert_jax.data import squad_sources
-  from bert_jax.downstream import span_answers
+  from bert_jax.tasks import span_answers
   ex = [squad_sources.QAExample("q", "?", CONTEXT, (("big", 11),))]
   start = {f: l[0] for f, l in enumerate(logits)}
   end = {f: l[1] for f, l in enumerate(logits)}

@@ -34,9 +34,9 @@ NUM_STEPS = 30
 TOLERANCE = 1e-5
 HEAD_SCALE = 10.0
 KINDS = {
-    "token": dict(family="bert_token_classify", head="classifier", seq=32,
+    "token": dict(head="classifier", seq=32,
                   lr=1e-4, hf_class="BertForTokenClassification"),
-    "span": dict(family="bert_qa", head="qa_outputs", seq=64, lr=1e-4,
+    "span": dict(head="qa_outputs", seq=64, lr=1e-4,
                  hf_class="BertForQuestionAnswering"),
 }
 
@@ -46,7 +46,7 @@ def _our_run(base, kind):
   HF dir of the initial params and the saved batches."""
   import jax
 
-  from bert_jax import objectives
+  from bert_jax import compose
   from bert_jax import pretrained
   from bert_jax.data import tokenizers
   from bert_jax.downstream import finetuning
@@ -77,8 +77,7 @@ def _our_run(base, kind):
   inputs = finetuning.task_input(config, tok, task, train_rows, evals)
   config = finetuning.resolve_config(config, source, task, inputs.num_train)
   mesh = sharding.make_mesh(config.mesh)
-  programs = steps_lib.Programs(config, mesh,
-                                objectives.get(config.objective.name))
+  programs = steps_lib.Programs(config, mesh, compose.objective(config))
   with programs.context():
     state = programs.init()
   params = finetuning.encoder_init(source, config, state["params"],
@@ -89,7 +88,8 @@ def _our_run(base, kind):
   state = dict(state, params=params)
   init_dir = os.path.join(base, "init_hf")
   checkpoint_io.save_hf_model(init_dir, jax.device_get(params), config.model,
-                              family=spec["family"], tokenizer=tok_spec)
+                              table=compose.task_table("bert", kind),
+                              tokenizer=tok_spec)
   batches = [next(inputs.train_iter) for _ in range(NUM_STEPS)]
   if kind == "token":  # Two bucket lengths; QA windows have padding.
     assert len({b["input_ids"].shape[1] for b in batches}) > 1
@@ -199,7 +199,7 @@ def _batch(kind, step, batch=16, seq=32, vocab=89, labels=5):
 def child_main(out_path):
   import jax
 
-  from bert_jax import objectives
+  from bert_jax import compose
   from bert_jax.training import sharding
   from bert_jax.training import steps as steps_lib
   assert jax.device_count() == 8
@@ -216,7 +216,7 @@ def child_main(out_path):
       devices = jax.devices()[:data * fsdp * tensor]
       programs = steps_lib.Programs(
           config, sharding.make_mesh(config.mesh, devices),
-          objectives.get(objective))
+          compose.objective(config))
       with programs.context():
         state = programs.init()
         losses = []

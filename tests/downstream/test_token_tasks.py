@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from bert_jax.data import token_sources
-from bert_jax.downstream import entity_metrics
+from bert_jax.tasks import entity_metrics
 from bert_jax.downstream import finetuning
 from tests import helpers
 from tests.helpers import span_tag_tasks

@@ -7,6 +7,7 @@ to a second; `mlm_bias` lets a test choose which tokens the head favours.
 import os
 
 import numpy as np
+from bert_jax.families import bert as bert_family
 
 WORDS = (
     "the a an it was is this that movie film story plot acting and but not "
@@ -67,7 +68,7 @@ def make_hf_dir(base: str, *, seed: int = 0, mlm_bias_scale: float = 2.0,
   params = mapping.unflatten_params(flat)
   out = os.path.join(base, "hf")
   checkpoint_io.save_hf_model(out, params, config.model,
-                   tokenizer=tokenizer_files.TokenizerSpec("wordpiece", vocab_path, True))
+                   tokenizer=tokenizer_files.TokenizerSpec("wordpiece", vocab_path, True), table=bert_family.BERT)
   return dict(out=out, vocab_path=vocab_path, params=params, config=config)
 
 

@@ -21,14 +21,14 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from bert_jax import compose
 from bert_jax import export
 from bert_jax import pretrained
 from bert_jax.data import task_sources
 from bert_jax.downstream import finetuning
 from bert_jax.hf import mapping
 from bert_jax.hf import vocab
-from bert_jax.models import bert as model_lib
-from bert_jax.objectives import classify
+from bert_jax.tasks import sentence as sentence_kind
 from tests import helpers
 from tests.helpers import tiny_models
 from tests.helpers.checkpoints import assert_trees_identical
@@ -38,6 +38,8 @@ from tests.helpers.checkpoints import save_checkpoints
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+# The family of each source objective's encoder.
+ENCODERS = {"electra": "electra", "albert": "albert", "distil": "distilbert"}
 CLASSES = {"electra": "ElectraForSequenceClassification",
            "albert": "AlbertForSequenceClassification",
            "distil": "DistilBertForSequenceClassification"}
@@ -77,11 +79,11 @@ def _classifier_run(base: str, family: str):
   ft.data.update(seq_length=32, tokenizer_type="wordpiece",
                  tokenizer_path=vocab_path)
   config = finetuning.resolve_config(ft, source, spec, num_train=64)
-  assert config.objective.encoder == family
+  assert config.objective.encoder == ENCODERS[family]
   assert config.model.pooler_act == {"electra": "gelu", "albert": "tanh",
                                      "distil": "relu"}[family]
-  params = random_tree(lambda r: model_lib.BertForSequenceClassification(
-      config.model, rngs=r), seed=1)
+  make = compose.objective(config).make_model
+  params = random_tree(lambda r: make(config, r), seed=1)
   workdir = os.path.join(base, "run")
   save_checkpoints(workdir, config, {5: params})
   with open(os.path.join(workdir, "label_map.json"), "w") as f:
@@ -89,11 +91,13 @@ def _classifier_run(base: str, family: str):
   return workdir, params, config
 
 
-def _our_logits(params, model_config, batch):
-  model = mapping.make_model(params, model_config, family="bert_classify")
+def _our_logits(params, config, batch):
+  model = mapping.make_model(
+      params, config.model,
+      compose.task_table(config.objective.encoder, "sentence"))
   graphdef, state = nnx.split(model)
-  fn = jax.jit(lambda s, b: classify.logits(nnx.merge(graphdef, s), b, None,
-                                            True))
+  fn = jax.jit(lambda s, b: sentence_kind.logits(nnx.merge(graphdef, s), b,
+                                                 None, True))
   return np.asarray(fn(state, batch))
 
 
@@ -120,7 +124,7 @@ def test_classifier_exports_to_its_family_class(tmp_path, family):
     theirs = model(input_ids=torch.from_numpy(enc["input_ids"]).long(),
                    attention_mask=torch.from_numpy(enc["attention_mask"])
                    .long()).logits.numpy()
-  ours = _our_logits(params, config.model, batch)
+  ours = _our_logits(params, config, batch)
   print(f"{family}: max |logits ours - PyTorch| = "
         f"{np.max(np.abs(ours - theirs)):.3g}")
   np.testing.assert_allclose(ours, theirs, atol=1e-4)
@@ -130,7 +134,7 @@ def test_classifier_exports_to_its_family_class(tmp_path, family):
   # It reads back as the same run: a classifier of that encoder family.
   source = pretrained.resolve(out)
   assert source.objective == "classify"
-  assert source.config.objective.encoder == family
+  assert source.config.objective.encoder == ENCODERS[family]
   assert source.config.model.pooler_act == config.model.pooler_act
   back, report = pretrained.load_params(source)
   assert not report.fresh and not report.skipped, report.summary()
@@ -163,9 +167,9 @@ def test_released_classifiers_resolve_to_what_reads_them(tmp_path):
     source = pretrained.resolve(str(tmp_path / family))
     _, report = pretrained.load_params(source)
     if family == "albert":
-      assert (source.family, source.objective) == ("albert", "albert")
+      assert (source.table.name, source.objective) == ("albert", "albert")
       assert report.skipped == ["classifier.bias", "classifier.weight"]
     else:
       assert source.objective == "classify"
-      assert source.config.objective.encoder == family
+      assert source.config.objective.encoder == ENCODERS[family]
       assert not report.fresh and not report.skipped, report.summary()

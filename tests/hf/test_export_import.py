@@ -17,6 +17,8 @@ import pytest
 from bert_jax import config_lib
 from bert_jax import export
 from bert_jax import pretrained
+from bert_jax.families import albert as albert_family
+from bert_jax.families import bert as bert_family
 from bert_jax.hf import checkpoint_io
 from bert_jax.hf import importing
 from bert_jax.hf import mapping
@@ -59,7 +61,7 @@ def jax_outputs(params, model_config, ids, mask, seg):
   """The JAX model's float32 outputs (jitted: eager dispatch is slow)."""
   import jax
   from flax import nnx
-  graphdef, state = nnx.split(mapping.make_model(params, model_config))
+  graphdef, state = nnx.split(mapping.make_model(params, model_config, bert_family.BERT))
   fn = jax.jit(lambda s, *a: nnx.merge(graphdef, s)(*a))
   out = fn(state, *(np.asarray(x, np.int32) for x in (ids, mask, seg)))
   return {k: np.asarray(v) for k, v in out.items()}
@@ -80,10 +82,10 @@ def run(args, **kw):
 def test_table_covers_the_model_exactly():
   cfg = tiny_model_config()
   params = random_params(cfg)
-  sd = mapping.to_hf_state_dict(params)
+  sd = mapping.to_hf_state_dict(params, bert_family.BERT)
   ours = set(mapping.flatten_params(params))
-  assert {r[0] for r in mapping.table(2)} == ours
-  assert len(sd) == len(ours) + len(mapping.get("bert").tied)
+  assert {r[0] for r in bert_family.BERT.expand(2)} == ours
+  assert len(sd) == len(ours) + len(bert_family.BERT.tied)
   np.testing.assert_array_equal(sd["cls.predictions.decoder.weight"],
                                 sd["bert.embeddings.word_embeddings.weight"])
   assert sd["bert.encoder.layer.1.intermediate.dense.weight"].shape == (128, 64)
@@ -93,8 +95,8 @@ def test_table_covers_the_model_exactly():
 def test_round_trip_is_bit_identical(tmp_path):
   cfg = tiny_model_config()
   params = random_params(cfg, seed=3)
-  checkpoint_io.save_hf_model(str(tmp_path), params, cfg)
-  back, report = checkpoint_io.load_hf_params(str(tmp_path))
+  checkpoint_io.save_hf_model(str(tmp_path), params, cfg, table=bert_family.BERT)
+  back, report = pretrained.load_params(str(tmp_path))
   assert_trees_identical(params, back)
   assert report.fresh == [] and report.skipped == []
   # And through the trainer's init_from path (our own format).
@@ -110,7 +112,7 @@ def test_bf16_params_and_compute_dtype_export_float32(tmp_path):
   params = random_params(cfg)
   bf16 = mapping.unflatten_params({k: jnp.asarray(v, jnp.bfloat16) for k, v in
                                    mapping.flatten_params(params).items()})
-  checkpoint_io.save_hf_model(str(tmp_path), bf16, cfg)
+  checkpoint_io.save_hf_model(str(tmp_path), bf16, cfg, table=bert_family.BERT)
   with safe_open(str(tmp_path / "model.safetensors"), "np") as f:
     assert {str(f.get_tensor(k).dtype) for k in f.keys()} == {"float32"}
   with open(tmp_path / "config.json") as f:
@@ -119,18 +121,18 @@ def test_bf16_params_and_compute_dtype_export_float32(tmp_path):
 
 def test_untrained_heads_are_flagged(tmp_path, caplog):
   cfg = config_lib.get_config("tiny")
-  assert export.untrained_heads(cfg, "bert") == ()
+  assert export.untrained_heads(cfg, bert_family.BERT) == ()
   cfg.data.nsp = False
-  untrained = export.untrained_heads(cfg, "bert")
+  untrained = export.untrained_heads(cfg, bert_family.BERT)
   assert untrained
-  assert export.untrained_heads(cfg, "albert") == ("albert.pooler",
+  assert export.untrained_heads(cfg, albert_family.ALBERT) == ("albert.pooler",
                                                    "sop_classifier")
   cfg.data.objective = "sop"
-  assert export.untrained_heads(cfg, "bert") == ()
+  assert export.untrained_heads(cfg, bert_family.BERT) == ()
   mc = tiny_model_config()
   with caplog.at_level("WARNING"):
     checkpoint_io.save_hf_model(str(tmp_path), random_params(mc), mc,
-                                untrained_heads=untrained)
+                                untrained_heads=untrained, table=bert_family.BERT)
   assert "untrained" in caplog.text
   note = (tmp_path / checkpoint_io.UNTRAINED_HEADS_NOTE).read_text()
   assert "bert.pooler" in note and "cls.seq_relationship" in note
@@ -141,13 +143,13 @@ def test_untrained_heads_are_flagged(tmp_path, caplog):
 
 def test_shape_mismatch_names_the_field(tmp_path):
   cfg = tiny_model_config()
-  checkpoint_io.save_hf_model(str(tmp_path), random_params(cfg), cfg)
+  checkpoint_io.save_hf_model(str(tmp_path), random_params(cfg), cfg, table=bert_family.BERT)
   with pytest.raises(ValueError, match="vocab_size"):
     checkpoint_io.load_hf_params(str(tmp_path),
-                                 tiny_model_config(vocab_size=301))
+                                 tiny_model_config(vocab_size=301), bert_family.BERT)
   with pytest.raises(ValueError, match="num_hidden_layers"):
     checkpoint_io.load_hf_params(str(tmp_path),
-                                 tiny_model_config(num_hidden_layers=1))
+                                 tiny_model_config(num_hidden_layers=1), bert_family.BERT)
   with pytest.raises(ValueError, match="model.hidden_size"):
     checkpoint_io.save_imported(str(tmp_path / "i"), random_params(cfg), cfg,
                      importing.ImportReport())
@@ -287,7 +289,7 @@ def test_pytorch_logits_match_jax(trained):
   print(f"max |MLM logit diff| {mlm.max():.3g}, max |NSP diff| {nsp.max():.3g}")
   assert mlm.max() < 1e-4 and nsp.max() < 1e-4
   # Round trip: ours -> HF -> ours is bit-identical (the tokenizer's rows).
-  back, _ = checkpoint_io.load_hf_params(out)
+  back, _ = pretrained.load_params(out)
   assert_trees_identical(vocab.trim(trained["params"], n_tok), back)
 
 
@@ -357,11 +359,11 @@ def test_import_minilm_hidden_states_match_pytorch(tmp_path):
   from transformers import AutoTokenizer
   from transformers import BertModel
   path = minilm_dir()
-  params, report = checkpoint_io.load_hf_params(path)
+  params, report = pretrained.load_params(path)
   assert report.architecture == "BertModel"
   assert report.fresh == ["mlm_head", "nsp_head"], report.summary()
   assert report.skipped == [], report.skipped
-  cfg = checkpoint_io.model_config_from_hf_config(
+  cfg = bert_family.config_from_hf(
       checkpoint_io.read_hf_config(path))
   assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size) == (
       6, 384, 30522)
@@ -414,10 +416,10 @@ def test_import_transformers_classes(tmp_path, cls_name, fresh, safe):
     os.remove(tmp_path / "model.safetensors")
   assert os.path.exists(tmp_path / ("model.safetensors" if safe
                                     else "pytorch_model.bin"))
-  params, report = checkpoint_io.load_hf_params(str(tmp_path))
+  params, report = pretrained.load_params(str(tmp_path))
   assert report.fresh == fresh, report.summary()
   assert report.architecture == cls_name
-  cfg = checkpoint_io.model_config_from_hf_config(
+  cfg = bert_family.config_from_hf(
       checkpoint_io.read_hf_config(str(tmp_path)))
   ids = np.random.default_rng(0).integers(5, 300, (2, 12))
   mask = np.ones_like(ids)
@@ -442,7 +444,7 @@ def test_import_transformers_classes(tmp_path, cls_name, fresh, safe):
 def _google_names(params, n_layers):
   flat = mapping.flatten_params(params)
   out = {}
-  for ours, _, tf_name, _, t_tf in mapping.table(n_layers):
+  for ours, _, tf_name, _, t_tf in bert_family.BERT.expand(n_layers):
     x = np.asarray(flat[ours], np.float32)
     out[tf_name] = x.T if t_tf else x
   return out
@@ -467,8 +469,8 @@ def test_import_google_tf_checkpoint(tmp_path):
   saver.save(sess=None, save_path=str(ckpt_dir / "bert_model.ckpt"),
              write_meta_graph=False, write_state=False)
   with open(ckpt_dir / "bert_config.json", "w") as f:
-    json.dump({k: cfg[k] for k in checkpoint_io.MODEL_FIELDS}, f)
-  back, report = checkpoint_io.load_hf_params(str(ckpt_dir))
+    json.dump({k: cfg[k] for k in bert_family.MODEL_FIELDS}, f)
+  back, report = pretrained.load_params(str(ckpt_dir))
   assert report.format == "tf_checkpoint"
   assert report.fresh == [] and report.skipped == []
   assert any("optimizer slots" in n for n in report.notes), report.notes

@@ -15,6 +15,7 @@ import jax
 import numpy as np
 import pytest
 
+from bert_jax import compose
 from tests import helpers
 from tests.helpers import tiny_models
 
@@ -72,11 +73,12 @@ def _our_logits(params, model_config, batch):
   from flax import nnx
 
   from bert_jax.hf import mapping
-  from bert_jax.objectives import classify
-  model = mapping.make_model(params, model_config, family="bert_classify")
+  from bert_jax.tasks import sentence as sentence_kind
+  model = mapping.make_model(params, model_config,
+                             compose.task_table("bert", "sentence"))
   graphdef, state = nnx.split(model)
-  fn = jax.jit(lambda s, b: classify.logits(nnx.merge(graphdef, s), b, None,
-                                            True))
+  fn = jax.jit(lambda s, b: sentence_kind.logits(nnx.merge(graphdef, s), b,
+                                                 None, True))
   return np.asarray(fn(state, batch))
 
 
@@ -152,7 +154,7 @@ def test_export_imports_back_exactly(classify_run):
   from bert_jax.hf import mapping
   params, model_config = _trained_params(classify_run["workdir"])
   source = pretrained.resolve(classify_run["out"])
-  assert source.family == "bert_classify"
+  assert source.table is compose.task_table("bert", "sentence")
   back_config = pretrained.load_model_config(source)
   assert back_config.num_labels == 2
   back, report = pretrained.load_params(source, back_config)
@@ -165,11 +167,15 @@ def test_export_imports_back_exactly(classify_run):
 
 
 def test_architecture_follows_the_objective():
-  from bert_jax import export
-  assert export.architecture("classify") == "BertForSequenceClassification"
-  assert export.architecture("bert") == "BertForPreTraining"
+  from bert_jax import config_lib
+
+  def architecture(name):
+    config = config_lib.complete({"objective": {"name": name}})
+    return compose.hf_models(config, {})[0].table.export_architecture
+  assert architecture("classify") == "BertForSequenceClassification"
+  assert architecture("bert") == "BertForPreTraining"
   with pytest.raises(ValueError, match="objective.name='nope'"):
-    export.architecture("nope")
+    architecture("nope")
 
 
 def test_regression_export_loads(regression_run):

@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from bert_jax import compose
 from bert_jax import pretrained
+from bert_jax.families import modernbert as modernbert_family
 from bert_jax.hf import checkpoint_io
 from bert_jax.hf import mapping
-from bert_jax.hf import modernbert as hf_modernbert
 from tests.helpers import family_checks
 from tests.helpers import tiny_models
 
@@ -50,10 +51,19 @@ def torch_one_thread():
   torch.set_num_threads(before)
 
 
+# Our tables by name: the masked LM, and each task kind's head on
+# ModernBERT's encoder.
+TABLES = {"modernbert": modernbert_family.MODERNBERT,
+          "modernbert_classify": compose.task_table("modernbert", "sentence"),
+          "modernbert_token_classify": compose.task_table("modernbert",
+                                                          "token"),
+          "modernbert_qa": compose.task_table("modernbert", "span")}
+
+
 def fresh_params(config, family="modernbert", seed=0):
-  """The family model's init as a nested dict (jitted: eager init op by
+  """The table's model's init as a nested dict (jitted: eager init op by
   op is slow)."""
-  make = mapping.get(family).make_model
+  make = TABLES[family].make_model
   return jax.device_get(jax.jit(lambda: nnx.to_pure_dict(nnx.state(
       make(config, nnx.Rngs(seed)), nnx.Param)))())
 
@@ -71,7 +81,7 @@ def random_params(config, family="modernbert", scale=0.3, seed=0):
 
 
 def our_outputs(params, config, ids, mask, family="modernbert"):
-  model = mapping.make_model(params, config, family=family)
+  model = mapping.make_model(params, config, TABLES[family])
   graphdef, state = nnx.split(model)
   fn = jax.jit(lambda s, i, m: nnx.merge(graphdef, s)(i, m))
   out = fn(state, ids, mask)
@@ -93,7 +103,7 @@ def exported(tmp_path_factory):
   config = model_config()
   params = random_params(config)
   out = os.path.join(base, "mlm")
-  checkpoint_io.save_hf_model(out, params, config, family="modernbert")
+  checkpoint_io.save_hf_model(out, params, config, table=modernbert_family.MODERNBERT)
   return dict(base=base, config=config, params=params, out=out)
 
 
@@ -120,7 +130,7 @@ def test_config_json_is_hugging_faces_and_reads_back(exported):
   assert hf.sliding_window == 4 and cfg["local_attention"] == 8
   assert hf.rope_parameters["full_attention"]["rope_theta"] == 160_000.0
   assert hf.rope_parameters["sliding_attention"]["rope_theta"] == 10_000.0
-  back = hf_modernbert.config_from_hf(cfg)
+  back = modernbert_family.config_from_hf(cfg)
   for field in ("vocab_size", "hidden_size", "num_hidden_layers",
                 "intermediate_size", "local_attention",
                 "global_attn_every_n_layers", "global_rope_theta",
@@ -131,7 +141,7 @@ def test_config_json_is_hugging_faces_and_reads_back(exported):
          if k not in ("layer_types", "rope_parameters")}
   old.update(global_rope_theta=160_000.0, local_rope_theta=10_000.0,
              global_attn_every_n_layers=3)
-  assert hf_modernbert.config_from_hf(old).to_dict() == back.to_dict()
+  assert modernbert_family.config_from_hf(old).to_dict() == back.to_dict()
 
 
 @pytest.mark.parametrize("change, message", [
@@ -148,7 +158,7 @@ def test_configs_we_would_compute_wrong_are_refused(exported, change,
   with open(os.path.join(exported["out"], "config.json")) as f:
     cfg = dict(json.load(f), **change)
   with pytest.raises(ValueError, match=message.replace("(", r"\(")):
-    hf_modernbert.config_from_hf(cfg)
+    modernbert_family.config_from_hf(cfg)
 
 
 def test_import_of_transformers_random_init(tmp_path):
@@ -168,7 +178,7 @@ def test_import_of_transformers_random_init(tmp_path):
   theirs.save_pretrained(path)
   ids, mask = batch(200, seed=1)
   source = pretrained.resolve(path)
-  assert source.family == "modernbert"
+  assert source.table is TABLES["modernbert"]
   config = pretrained.load_model_config(source)
   assert (config.global_attn_every_n_layers, config.local_attention) == (2, 8)
   params, report = pretrained.load_params(source, config)
@@ -198,8 +208,7 @@ def test_sequence_classifier_goes_both_ways(tmp_path, pooling):
   params = random_params(config, "modernbert_classify")
   out = str(tmp_path / "cls")
   checkpoint_io.save_hf_model(out, params, config,
-                              family="modernbert_classify",
-                              label_names=("a", "b", "c"))
+                              label_names=("a", "b", "c"), table=compose.task_table("modernbert", "sentence"))
   model = hf_model(transformers.ModernBertForSequenceClassification, out)
   assert model.config.id2label == {0: "a", 1: "b", 2: "c"}
   ids, mask = batch(config.vocab_size)
@@ -209,7 +218,7 @@ def test_sequence_classifier_goes_both_ways(tmp_path, pooling):
                    attention_mask=torch.tensor(mask).long()).logits.numpy()
   np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=1e-4)
   source = pretrained.resolve(out)
-  assert source.family == "modernbert_classify"
+  assert source.table is TABLES["modernbert_classify"]
   back, _ = pretrained.load_params(source)
   for k, v in mapping.flatten_params(params).items():
     np.testing.assert_array_equal(mapping.flatten_params(back)[k], v)
@@ -220,7 +229,8 @@ PER_TOKEN = {
     "token": ("modernbert_token_classify", "ModernBertForTokenClassification",
               lambda out: {"logits": out}),
     "span": ("modernbert_qa", "ModernBertForQuestionAnswering",
-             lambda out: {"start_logits": out[0], "end_logits": out[1]}),
+             lambda out: {"start_logits": out[..., 0],
+                          "end_logits": out[..., 1]}),
 }
 
 
@@ -259,8 +269,9 @@ def test_per_token_head_of_transformers_random_init_goes_both_ways(
   path = str(tmp_path / "theirs")
   theirs.save_pretrained(path)
   source = pretrained.resolve(path)
-  assert source.family == family
-  assert source.objective == mapping.get(family).objectives[0]
+  assert source.table is TABLES[family]
+  assert (source.objective, source.config.objective.encoder) == (
+      {"token": "token_classify", "span": "span_qa"}[kind], "modernbert")
   config = pretrained.load_model_config(source)
   params, report = pretrained.load_params(source, config)
   assert report.architecture == cls_name and not report.fresh, report
@@ -277,7 +288,7 @@ def test_per_token_head_of_transformers_random_init_goes_both_ways(
     np.testing.assert_allclose(real(x, mask), real(want[name], mask),
                                atol=1e-4, rtol=1e-4, err_msg=name)
   out = str(tmp_path / "ours")
-  checkpoint_io.save_hf_model(out, params, config, family=family)
+  checkpoint_io.save_hf_model(out, params, config, table=TABLES[family])
   back, info = cls.from_pretrained(out, attn_implementation="eager",
                                    dtype=torch.float32,
                                    output_loading_info=True)
@@ -302,10 +313,10 @@ def test_per_token_head_from_a_masked_lm_keeps_its_head(tmp_path, kind):
   mlm.save_pretrained(path)
   config = pretrained.load_model_config(pretrained.resolve(path))
   config.num_labels = 3
-  params, report = checkpoint_io.load_hf_params(path, config, family=family)
+  params, report = checkpoint_io.load_hf_params(path, config, TABLES[family])
   assert report.fresh == ["classifier"], report
   want = {k: v.detach().numpy() for k, v in mlm.state_dict().items()}
-  got = mapping.to_hf_state_dict(params, family=family)
+  got = mapping.to_hf_state_dict(params, TABLES[family])
   for name in ("head.dense.weight", "head.norm.weight",
                "model.layers.1.attn.Wqkv.weight"):
     np.testing.assert_array_equal(got[name], want[name], err_msg=name)
@@ -323,9 +334,8 @@ def test_fill_mask_equals_the_pipeline(tmp_path):
   config = model_config(vocab_size=len(vocab))
   params = random_params(config)
   out = str(tmp_path / "hf")
-  checkpoint_io.save_hf_model(
-      out, params, config, family="modernbert",
-      tokenizer=tokenizer_files.TokenizerSpec("wordpiece", vocab_path, True))
+  checkpoint_io.save_hf_model(out, params, config,
+      tokenizer=tokenizer_files.TokenizerSpec("wordpiece", vocab_path, True), table=modernbert_family.MODERNBERT)
   with open(os.path.join(out, "config.json")) as f:
     cfg = json.load(f)
   assert [cfg[k] for k in ("pad_token_id", "cls_token_id", "sep_token_id")
@@ -348,7 +358,7 @@ def test_fresh_initialization_is_transformers():
                         num_attention_heads=2, intermediate_size=192,
                         num_labels=128)
   cfg = transformers.ModernBertConfig(num_labels=128, **{
-      k: v for k, v in hf_modernbert.config_to_hf(config).items()
+      k: v for k, v in modernbert_family.config_to_hf(config).items()
       if k not in ("architectures", "model_type", "dtype")})
   for family, cls in (("modernbert", transformers.ModernBertForMaskedLM),
                       ("modernbert_classify",
@@ -356,8 +366,7 @@ def test_fresh_initialization_is_transformers():
     torch.manual_seed(0)
     theirs = {k: v.detach().numpy()
               for k, v in cls(cfg).state_dict().items()}
-    ours = mapping.to_hf_state_dict(fresh_params(config, family),
-                                    family=family)
+    ours = mapping.to_hf_state_dict(fresh_params(config, family), TABLES[family])
     assert set(ours) == set(theirs), set(ours) ^ set(theirs)
     for name, x in ours.items():
       y = theirs[name]

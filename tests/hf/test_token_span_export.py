@@ -21,16 +21,15 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from bert_jax import compose
 from bert_jax import export
 from bert_jax import pretrained
+from bert_jax import tasks
 from bert_jax.data import squad_sources
 from bert_jax.data import token_sources
 from bert_jax.downstream import finetuning
 from bert_jax.hf import mapping
 from bert_jax.hf import vocab
-from bert_jax.models import bert as model_lib
-from bert_jax.objectives import span_qa
-from bert_jax.objectives import token_classify
 from tests import helpers
 from tests.helpers import tiny_models
 from tests.helpers.checkpoints import assert_trees_identical
@@ -80,13 +79,11 @@ def _head_run(base: str, family: str, kind: str):
   task = (token_sources.TokenTask("gen", TAGS) if kind == "token" else
           squad_sources.SpanTask("gen", version_2=True))
   config = finetuning.resolve_config(ft, source, task, num_train=64)
-  assert config.objective.name == (token_classify.OBJECTIVE.name
-                                   if kind == "token" else
-                                   span_qa.OBJECTIVE.name)
-  assert config.objective.encoder == family
-  cls = (model_lib.BertForTokenClassification if kind == "token" else
-         model_lib.BertForQuestionAnswering)
-  params = random_tree(lambda r: cls(config.model, rngs=r), seed=1)
+  assert config.objective.name == tasks.get(kind).objective
+  assert config.objective.encoder == {"distil": "distilbert"}.get(family,
+                                                                  family)
+  make = compose.objective(config).make_model
+  params = random_tree(lambda r: make(config, r), seed=1)
   workdir = os.path.join(base, "run")
   save_checkpoints(workdir, config, {5: params})
   if kind == "token":
@@ -95,9 +92,10 @@ def _head_run(base: str, family: str, kind: str):
 
 
 def _our_logits(params, config, kind: str, batch):
-  objective = token_classify if kind == "token" else span_qa
-  family = {"token": "bert_token_classify", "span": "bert_qa"}[kind]
-  model = mapping.make_model(params, config.model, family=family)
+  objective = tasks.get(kind)
+  model = mapping.make_model(
+      params, config.model,
+      compose.task_table(config.objective.encoder, kind))
   graphdef, state = nnx.split(model)
   fn = jax.jit(lambda s, b: objective.predict(nnx.merge(graphdef, s), b,
                                               config))
@@ -141,7 +139,7 @@ def test_head_exports_to_its_family_class(tmp_path, family, kind):
   # It reads back as the same run: a head of that kind on that encoder.
   source = pretrained.resolve(out)
   assert source.objective == config.objective.name
-  assert source.config.objective.encoder == family
+  assert source.config.objective.encoder == config.objective.encoder
   back, report = pretrained.load_params(source)
   assert not report.fresh and not report.skipped, report.summary()
   assert_trees_identical(vocab.trim(params, cfg["vocab_size"]), back)

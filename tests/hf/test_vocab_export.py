@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from bert_jax import export
-from bert_jax import objectives
+from bert_jax import compose
 from bert_jax import pretrained
 from bert_jax.downstream import mask_filling
 from bert_jax.hf import mapping
@@ -59,7 +59,7 @@ def _padded_run(base: str, family: str, workdir: bool = True):
   vocab_path = os.path.join(base, "vocab.txt")
   n_tok = len(tiny_models.write_vocab(vocab_path))
   config = _config(family, vocab_path)
-  make = objectives.for_config(config).make_model
+  make = compose.objective(config).make_model
   flat = mapping.flatten_params(random_tree(lambda r: make(config, r)))
   rng = np.random.default_rng(0)
   for k in flat:

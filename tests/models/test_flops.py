@@ -7,7 +7,7 @@ import jax
 import pytest
 
 from bert_jax import config_lib
-from bert_jax import objectives
+from bert_jax import compose
 from bert_jax.models import flops as flops_lib
 from bert_jax.training import sharding
 from bert_jax.training import steps as steps_lib
@@ -79,7 +79,7 @@ def test_analytic_count_matches_xla_cost_analysis(family, seq_length,
   DistilBERT's includes the frozen teacher's forward pass only (XLA computes
   no teacher gradient under stop_gradient)."""
   config = _xla_config(family, seq_length, max_predictions)
-  ratio = _xla_flops(config) / objectives.train_flops_per_step(config)
+  ratio = _xla_flops(config) / compose.train_flops_per_step(config)
   assert 1.0 <= ratio <= 1.08, ratio
 
 
@@ -89,7 +89,7 @@ def test_modernbert_sliding_window_count_matches_xla_cost_analysis():
   Our count is within 5% of XLA's (counting 512 there would be 24% over)."""
   config = _xla_config("modernbert")
   assert _xla_flops(config) == pytest.approx(
-      objectives.train_flops_per_step(config), rel=0.05)
+      compose.train_flops_per_step(config), rel=0.05)
 
 
 @pytest.mark.parametrize("objective", ["modernbert_token_classify",
@@ -107,7 +107,7 @@ def test_modernbert_per_token_heads_count_matches_xla_cost_analysis(
   config = _xla_config("modernbert")
   config.objective.name = objective
   config.model.num_labels = 5
-  ratio = _xla_flops(config) / objectives.train_flops_per_step(config)
+  ratio = _xla_flops(config) / compose.train_flops_per_step(config)
   assert 1.0 <= ratio <= 1.08, ratio
 
 
@@ -121,14 +121,14 @@ def test_family_counts_by_hand():
   albert = _xla_config("albert")
   per_seq = (t * (enc(2, 256, 1024) + 6 * 64 * 256)
              + p * 6 * (256 * 64 + 64 * v))
-  assert objectives.train_flops_per_step(albert) == b * per_seq
+  assert compose.train_flops_per_step(albert) == b * per_seq
   albert.model.num_hidden_groups = 2  # Unshared: the same FLOPs.
-  assert objectives.train_flops_per_step(albert) == b * per_seq
+  assert compose.train_flops_per_step(albert) == b * per_seq
   distil = _xla_config("distil")
   head = 6 * (256 * 256 + 256 * v)
   student = t * enc(2, 256, 1024) + p * head
   teacher = t * enc(4, 256, 1024) + p * head
-  assert objectives.train_flops_per_step(distil) == pytest.approx(
+  assert compose.train_flops_per_step(distil) == pytest.approx(
       b * (student + teacher / 3))
 
 

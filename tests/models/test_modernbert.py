@@ -180,15 +180,15 @@ def test_param_counts_equal_hugging_face(name, with_head, encoder):
   of the same ModernBertConfig (built on the meta device: no memory)."""
   torch = pytest.importorskip("torch")
   transformers = pytest.importorskip("transformers")
-  from bert_jax import objectives
-  from bert_jax.hf import modernbert as hf_modernbert
+  from bert_jax import families
+  from bert_jax.families import modernbert as modernbert_family
   config = family_checks.load_config(name)
-  model = nnx.eval_shape(lambda: objectives.get("modernbert").make_model(
+  model = nnx.eval_shape(lambda: families.objective("modernbert").make_model(
       config, nnx.Rngs(0)))
   count = lambda m: sum(x.size for x in jax.tree.leaves(nnx.state(
       m, nnx.Param)))
   hf_cfg = transformers.ModernBertConfig(**{
-      k: v for k, v in hf_modernbert.config_to_hf(config.model).items()
+      k: v for k, v in modernbert_family.config_to_hf(config.model).items()
       if k not in ("architectures", "model_type", "dtype")})
   with torch.device("meta"):
     hf = transformers.ModernBertForMaskedLM(hf_cfg)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bert_jax import objectives
+from bert_jax import families
 from bert_jax.data import features
 from bert_jax.models import attention as attention_lib
 from bert_jax.training import steps as steps_lib
@@ -62,7 +62,7 @@ def _outputs(model, batch):
 
 def _run(config, graphdef):
   """(params, batch) -> (outputs, loss, gradients), one compile per shape."""
-  objective = objectives.get("bert")
+  objective = families.objective("bert")
 
   def run(params, batch):
     loss, grads = jax.value_and_grad(lambda p: steps_lib.batch_loss(
@@ -77,7 +77,7 @@ def _run(config, graphdef):
 def test_packed_rows_equal_each_example_alone(impl, layouts):
   exs, padded, packed, where = layouts
   pad_config, pack_config = _config(impl, False), _config(impl, True)
-  model = objectives.get("bert").make_model(pad_config, nnx.Rngs(0))
+  model = families.objective("bert").make_model(pad_config, nnx.Rngs(0))
   graphdef, params = nnx.split(model, nnx.Param)
   alone, loss_pad, grads_pad = _run(pad_config, graphdef)(params, padded)
   run_packed = _run(pack_config, graphdef)
@@ -170,7 +170,7 @@ def test_modernbert_packed_documents_equal_each_alone(layouts, impl="xla"):
   exs, padded, packed, where = layouts
   pad_config = _modernbert_config(impl, False)
   pack_config = _modernbert_config(impl, True)
-  objective = objectives.get("modernbert")
+  objective = families.objective("modernbert")
   model = objective.make_model(pad_config, nnx.Rngs(0))
   graphdef, params = nnx.split(model, nnx.Param)
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bert_jax import objectives
+from bert_jax import families
 from bert_jax.models import attention as attention_lib
 from bert_jax.models import bert as model_lib
 from bert_jax.training import sharding
@@ -112,7 +112,7 @@ def test_compute_dtype_is_bf16_and_outputs_are_fp32():
 
 def _loss_and_grads(config, params, b):
   graphdef = nnx.split(steps_lib.abstract_model(config), nnx.Param)[0]
-  objective = objectives.get("bert")
+  objective = families.objective("bert")
 
   def loss(p):
     return steps_lib.batch_loss(p, b, graphdef=graphdef, config=config,

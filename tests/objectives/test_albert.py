@@ -9,8 +9,9 @@ import pytest
 from flax import nnx
 
 from bert_jax import config_lib
-from bert_jax import objectives
+from bert_jax import families
 from bert_jax import pretrained
+from bert_jax.families import albert as albert_family
 from bert_jax.hf import checkpoint_io
 from bert_jax.hf import importing
 from bert_jax.hf import mapping
@@ -59,8 +60,7 @@ def test_param_count_equals_hugging_face(name, expected):
   ours = model_lib.count_params(nnx.eval_shape(
       lambda: albert.AlbertForPreTraining(config.model, rngs=nnx.Rngs(0))))
   hf = AlbertForPreTraining(AlbertConfig(
-      **checkpoint_io.hf_config_from_model_config(config.model,
-                                               family="albert")))
+      **albert_family.ALBERT.config_to_hf(config.model)))
   assert ours == sum(p.numel() for p in hf.parameters()) == expected
   # One block's params whatever the depth: 24 layers cost what 12 do.
   assert config.model.num_hidden_groups == config.model.inner_group_num == 1
@@ -86,7 +86,7 @@ def test_shared_layer_gradient_is_the_sum_over_its_uses():
   config.model = tiny_albert()
   config.objective.name = "albert"
   config.data.update(seq_length=32, max_predictions_per_seq=5)
-  objective = objectives.get("albert")
+  objective = families.objective("albert")
   shared = albert.AlbertForPreTraining(config.model, rngs=nnx.Rngs(0))
   params = random_params(shared)
   assert list(params["albert"]["groups"]) == [0]
@@ -216,7 +216,8 @@ def test_export_matches_pytorch_and_round_trips(tmp_path):
   module = albert.AlbertForPreTraining(mc, rngs=nnx.Rngs(0))
   params = random_params(module)
   nnx.update(module, params)
-  checkpoint_io.save_hf_model(str(tmp_path), params, mc, family="albert")
+  checkpoint_io.save_hf_model(str(tmp_path), params, mc,
+                              table=albert_family.ALBERT)
   hf = AlbertForPreTraining.from_pretrained(str(tmp_path)).eval()
   r = np.random.RandomState(1)
   ids = r.randint(5, 300, (2, 16))
@@ -240,12 +241,13 @@ def test_export_matches_pytorch_and_round_trips(tmp_path):
   source = pretrained.resolve(str(tmp_path))
   mc2 = pretrained.load_model_config(source)
   back, report = pretrained.load_params(source, mc2)
-  assert source.family == "albert" and mc2.embedding_size == 24
+  assert source.table is albert_family.ALBERT and mc2.embedding_size == 24
   assert report.architecture == "AlbertForPreTraining" and not report.fresh
   jax.tree.map(np.testing.assert_array_equal, params, back)
   # And from the weights PyTorch itself holds (state_dict, tied copies).
   back2, _ = importing.from_hf_state_dict(
-      {k: v.numpy() for k, v in hf.state_dict().items()}, mc, family="albert")
+      {k: v.numpy() for k, v in hf.state_dict().items()}, mc,
+      albert_family.ALBERT)
   jax.tree.map(np.testing.assert_array_equal, params, back2)
   # An AlbertForMaskedLM directory imports too: pooler and SOP head fresh.
   mlm_dir = str(tmp_path / "mlm")
@@ -288,7 +290,7 @@ def test_resume_continues_exactly_and_the_run_exports(tmp_path):
   source = pretrained.resolve(workdir)
   mc = pretrained.load_model_config(source)
   params, _ = pretrained.load_params(source, mc)
-  ours = mapping.make_model(params, mc, family="albert")
+  ours = mapping.make_model(params, mc, albert_family.ALBERT)
   ids = np.random.RandomState(0).randint(5, 300, (2, 16))
   mask, seg = np.ones_like(ids), np.zeros_like(ids)
   want = np.asarray(ours(jnp.asarray(ids), jnp.asarray(mask),

@@ -11,6 +11,7 @@ from flax import nnx
 from bert_jax import export
 from bert_jax import pretrained
 from bert_jax.downstream import mask_filling
+from bert_jax.families import distilbert as distilbert_family
 from bert_jax.hf import checkpoint_io
 from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
@@ -34,8 +35,8 @@ def test_student_of_base_has_hugging_face_size_and_layout():
   ours = model_lib.count_params(nnx.eval_shape(
       lambda: distil.make_model(config, nnx.Rngs(0))))
   hf = DistilBertForMaskedLM(DistilBertConfig(
-      **checkpoint_io.hf_config_from_model_config(
-          distil.student_config(config), family="distilbert")))
+      **distilbert_family.DISTILBERT.config_to_hf(
+          distil.student_config(config))))
   assert ours == sum(p.numel() for p in hf.parameters()) == 66_985_530
   assert distil.student_layer_map(12, 6) == [0, 2, 4, 7, 9, 11]
   o = config.objective
@@ -135,7 +136,7 @@ def test_export_matches_pytorch_and_fill_mask_runs_on_it(tmp_path):
                          tokenizer=tokenizer_files.TokenizerSpec(
                              "wordpiece", hf_dir["vocab_path"], True))
   module = mapping.make_model(student, distil.student_config(config),
-                              family="distilbert")
+                              distilbert_family.DISTILBERT)
   r = np.random.RandomState(0)
   ids = r.randint(5, config.model.vocab_size, (2, 12))
   mask = np.ones_like(ids)
@@ -149,7 +150,7 @@ def test_export_matches_pytorch_and_fill_mask_runs_on_it(tmp_path):
   np.testing.assert_allclose(ours[mask > 0], theirs[mask > 0], atol=1e-4)
   source = pretrained.resolve(out)
   back, _ = pretrained.load_params(source)
-  assert source.family == "distilbert"
+  assert source.table is distilbert_family.DISTILBERT
   jax.tree.map(np.testing.assert_array_equal, student, back)
 
   text = "the movie was [MASK] and the story was good ."

@@ -15,7 +15,7 @@ from flax import nnx
 from bert_jax import config_lib
 from bert_jax import export
 from bert_jax import pretrained
-from bert_jax.hf import electra as hf_electra
+from bert_jax.families import electra as electra_family
 from bert_jax.hf import mapping as hf
 from bert_jax.models import electra as electra_model
 from bert_jax.objectives import electra
@@ -100,8 +100,8 @@ def test_parameter_counts_match_hugging_face(config_name):
 
   def hf_count(network, cls):
     hf_cfg = transformers.ElectraConfig(
-        **hf.get(hf_electra.family_name(network)).config_to_hf(
-            hf_electra.network_config(config, network)))
+        **electra_family.TABLES[network].config_to_hf(
+            electra_family.network_config(config, network)))
     with torch.device("meta"):
       model = cls(hf_cfg)
     return sum(p.numel() for p in model.parameters())  # Tied: counted once.
@@ -331,19 +331,19 @@ def test_hf_round_trip_is_exact(tmp_path):
 def test_hf_import_rejects_untied_embeddings(tmp_path):
   c = tiny_electra_config()
   _, params = _randomized_params(c)
-  sds = {n: hf.to_hf_state_dict(hf_electra.network_params(params, n),
-                                 family=hf_electra.family_name(n))
-         for n in hf_electra.NETWORKS}
+  sds = {n: hf.to_hf_state_dict(electra_family.network_params(params, n),
+                                 electra_family.TABLES[n])
+         for n in electra_family.NETWORKS}
   sds["generator"]["electra.embeddings.position_embeddings.weight"] += 1e-3
   with pytest.raises(ValueError, match="position_embeddings"):
-    hf_electra.from_hf_state_dicts(sds, c)
+    electra_family.from_hf_state_dicts(sds, c)
 
 
 # ---------------------------------------------------------------------------
 # FLOPs: both networks.
 # ---------------------------------------------------------------------------
 def test_flops_count_both_networks_and_match_xla():
-  from bert_jax import objectives
+  from bert_jax import compose
   c = tiny_electra_config()
   c.train.batch_size = BATCH
   t, p = SEQ, PREDS
@@ -353,7 +353,7 @@ def test_flops_count_both_networks_and_match_xla():
   disc = 6 * 2 * (4 * 64**2 + 2 * 64 * 256) + 12 * 2 * t * 64 + 6 * 32 * 64
   per_seq = (t * gen + p * 6 * (16 * 32 + 32 * VOCAB)
              + t * (disc + 6 * (64 * 64 + 64)))
-  assert objectives.train_flops_per_step(c) == BATCH * per_seq
+  assert compose.train_flops_per_step(c) == BATCH * per_seq
   # The lowered loss+gradient of a wider model agrees within 5% (the
   # formula leaves out elementwise ops, embedding gathers and the sampling).
   c.model.update(hidden_size=256, intermediate_size=1024, embedding_size=128)
@@ -366,7 +366,7 @@ def test_flops_count_both_networks_and_match_xla():
     return electra.loss(sums, electra.counts(batch, c), c)
 
   xla = jax.jit(jax.grad(loss)).lower(params).cost_analysis()["flops"]
-  assert xla == pytest.approx(objectives.train_flops_per_step(c), rel=0.05)
+  assert xla == pytest.approx(compose.train_flops_per_step(c), rel=0.05)
 
 
 def test_registered_tables_build_each_network_alone(tmp_path):
@@ -383,7 +383,7 @@ def test_registered_tables_build_each_network_alone(tmp_path):
       ("generator", electra_model.generator_config(c),
        pair.generator_logits(*args))):
     sub = {"embeddings": params["embeddings"], network: params[network]}
-    model = hf.make_model(sub, net_config, family=f"electra_{network}")
+    model = hf.make_model(sub, net_config, electra_family.TABLES[network])
     theirs = model(*args)
     theirs = theirs["mlm_logits"] if network == "generator" else theirs
     np.testing.assert_array_equal(np.asarray(theirs), np.asarray(ours))
@@ -392,11 +392,11 @@ def test_registered_tables_build_each_network_alone(tmp_path):
 def test_objective_name_alone_selects_electra_with_defaults():
   """--config.objective.name=electra on a BERT config: ELECTRA's defaults
   (generator 1/4 wide, weights 1 and 50), embeddings unfactorized."""
-  from bert_jax import objectives
+  from bert_jax import compose
   c = config_lib.get_config("tiny")
   c.model.update(vocab_size=VOCAB, max_position_embeddings=64)
   c.objective.name = "electra"
-  obj = objectives.for_config(c)
+  obj = compose.objective(c)
   assert obj.name == "electra"
   m = nnx.eval_shape(lambda: obj.make_model(c, nnx.Rngs(0)))
   assert m.generator.encoder.embeddings_project is not None

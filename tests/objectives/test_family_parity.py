@@ -45,6 +45,8 @@ import os
 import jax
 import numpy as np
 import pytest
+from bert_jax.families import albert as albert_family
+from bert_jax.families import modernbert as modernbert_family
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -284,8 +286,7 @@ def albert_run(tmp_path_factory):
                            two_segments=True)
   init, losses, norms, _ = our_run(config, batches)
   model_dir = os.path.join(base, "init_hf")
-  checkpoint_io.save_hf_model(model_dir, init["params"], config.model,
-                              family="albert")
+  checkpoint_io.save_hf_model(model_dir, init["params"], config.model, table=albert_family.ALBERT)
   batch_path = os.path.join(base, "batches.npz")
   save_arrays(batch_path, batches)
   return dict(hp=hparams(config), losses=losses, norms=norms,
@@ -599,8 +600,7 @@ def modernbert_run(tmp_path_factory):
                            two_segments=False)
   init, losses, norms, _ = our_run(config, batches)
   model_dir = os.path.join(base, "init_hf")
-  checkpoint_io.save_hf_model(model_dir, init["params"], config.model,
-                              family="modernbert")
+  checkpoint_io.save_hf_model(model_dir, init["params"], config.model, table=modernbert_family.MODERNBERT)
   batch_path = os.path.join(base, "batches.npz")
   save_arrays(batch_path, batches)
   return dict(hp=hparams(config), losses=losses, norms=norms,

@@ -139,6 +139,7 @@ def test_trained_run_exports_with_its_last_phase_and_our_logits(runs):
 
   from bert_jax import pretrained
   from bert_jax.downstream import mask_filling
+  from bert_jax.families import modernbert as modernbert_family
   from bert_jax.hf import mapping
   out = str(runs["root"] / "hf")
   family_checks.export_workdir(runs["reference"], out)
@@ -153,8 +154,8 @@ def test_trained_run_exports_with_its_last_phase_and_our_logits(runs):
   r = np.random.RandomState(0)
   mask = (np.arange(48)[None] < np.asarray([[48], [30]])).astype(np.int32)
   ids = (r.randint(5, 512, (2, 48)) * mask).astype(np.int32)
-  graphdef, state = nnx.split(mapping.make_model(params, config,
-                                                 family="modernbert"))
+  graphdef, state = nnx.split(mapping.make_model(
+      params, config, modernbert_family.MODERNBERT))
   ours = np.asarray(jax.jit(lambda s: nnx.merge(graphdef, s)(ids, mask))(
       state)["mlm_logits"])
   model = transformers.ModernBertForMaskedLM.from_pretrained(

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from bert_jax import objectives
+from bert_jax import compose
 from tests import helpers
 
 FAMILIES = ("bert", "electra", "albert", "distil", "modernbert")
@@ -26,7 +26,7 @@ def _plan(family, budget_pflops=0.002):
 def test_steps_spend_the_budget_within_one_step(family):
   row = _plan(family)
   config = tool().demo_config(row["overrides"])
-  per_step = objectives.train_flops_per_step(config)
+  per_step = compose.train_flops_per_step(config)
   assert row["flops_per_step"] == per_step
   assert abs(row["steps"] * per_step - 0.002e15) <= per_step / 2
   # The run trains that many steps, warms up 10% and evaluates at the end.

@@ -26,13 +26,13 @@ from tests.helpers.checkpoints import save_checkpoints
 def _bert_workdir(path, config=None, words=tiny_models.WORDS):
   """A BERT workdir (one checkpoint of random params of the tiny config)
   whose record names its own WordPiece vocab.txt."""
-  from bert_jax import objectives
+  from bert_jax import compose
   config = config or helpers.tiny_config()
   os.makedirs(os.path.join(path, "tokenizer"))
   vocab = os.path.join(path, "tokenizer", "vocab.txt")
   with open(vocab, "w") as f:
     f.write("\n".join(list(tiny_models.SPECIALS) + sorted(set(words))) + "\n")
-  make = objectives.for_config(config).make_model
+  make = compose.objective(config).make_model
   save_checkpoints(path, config, {2: random_tree(lambda r: make(config, r))})
   with open(os.path.join(path, "tokenizer", "record.json"), "w") as f:
     json.dump(dict(kind="wordpiece", path="tokenizer/vocab.txt",

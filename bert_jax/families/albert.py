@@ -1,32 +1,36 @@
-"""ALBERT and DistilBERT tables for the ``hf.mapping`` registry.
+"""ALBERT (Lan et al. 2020): ``AlbertForPreTraining`` / ``AlbertForMaskedLM``
+/ ``AlbertModel``, and through the task kinds ALBERT's task classes.
 
-Each family is one ``mapping.register`` call: its rows (our path, HF name,
-transposed?), tied copies, heads a source may lack, and its config.json
-conversion. Export and import read the same rows (``mapping.to_hf_state_dict``
-/ ``from_hf_state_dict``); ``checkpoint_io.save_hf_model(..., family=...)``
-writes a loadable directory.
-
-ALBERT: "{i}" is the shared group (HF ``albert_layer_groups.{i}``), one
-inner layer per group (``inner_group_num=1``, every released ALBERT).
-DistilBERT: our ``model.BertForMaskedLM`` with type_vocab_size 0.
+"{i}" in the table is the shared group (HF ``albert_layer_groups.{i}``), one
+inner layer per group (``inner_group_num=1``, every released ALBERT). A
+fine-tuned ALBERT unties its layers (each a copy of its group's block,
+fine-tuned on its own: ``models.bert.BertModel`` with E != H), so its task
+classes are exported with one group per layer (``num_hidden_groups =
+num_hidden_layers``): the same function, each layer its own weights. A
+released ALBERT task directory with shared groups reads as an ALBERT run
+(:func:`_untied`): fine-tuning copies its groups into every layer.
 """
 
 from __future__ import annotations
 
+import ml_collections
+
 from bert_jax import config_lib
-from bert_jax.hf import mapping
+from bert_jax.families import Family
+from bert_jax.families import default_hf_models
+from bert_jax.families import bert as bert_family
 from bert_jax.hf.mapping import Row
+from bert_jax.hf.mapping import Table
 from bert_jax.models import albert
+from bert_jax.models import heads
 from bert_jax.models import bert as model_lib
+from bert_jax.objectives import albert as albert_objective
 
 
 def _rows(pairs):
   return tuple(Row(ours, hf, "", t, False) for ours, hf, t in pairs)
 
 
-# --------------------------------------------------------------------------
-# ALBERT
-# --------------------------------------------------------------------------
 def _albert_model(model_config, rngs):
   return albert.AlbertForPreTraining(model_config, rngs=rngs)
 
@@ -66,7 +70,7 @@ def _albert_from_hf(hf_cfg) -> object:
   return mc
 
 
-ALBERT = mapping.register(mapping.Family(
+ALBERT = Table(
     name="albert", model_type="albert", make_model=_albert_model,
     rows=_rows((
         ("albert.embeddings.word_embeddings", "albert.embeddings.word_embeddings.weight", False),
@@ -110,92 +114,83 @@ ALBERT = mapping.register(mapping.Family(
     architectures=(("sop_classifier.", "AlbertForPreTraining"),
                    ("predictions.", "AlbertForMaskedLM")),
     default_architecture="AlbertModel", base_prefix="albert.",
+    export_architecture="AlbertForPreTraining",
     shape_fields={"embeddings.": "embedding_size"},
-    objectives=("albert",), masked_lm=True,
+    masked_lm=True,
     sentence_heads=("albert.pooler", "sop_classifier"),
     blocks_field="num_hidden_groups",
     config_to_hf=_albert_to_hf, config_from_hf=_albert_from_hf,
-))
+)
 
 
-# --------------------------------------------------------------------------
-# DistilBERT
-# --------------------------------------------------------------------------
-def _distil_model(model_config, rngs):
-  return model_lib.BertForMaskedLM(model_config, rngs=rngs)
 
 
-# DistilBertConfig name -> ours.
-_DISTIL_FIELDS = (("vocab_size", "vocab_size"),
-                  ("max_position_embeddings", "max_position_embeddings"),
-                  ("initializer_range", "initializer_range"),
-                  ("dim", "hidden_size"), ("n_layers", "num_hidden_layers"),
-                  ("n_heads", "num_attention_heads"),
-                  ("hidden_dim", "intermediate_size"),
-                  ("dropout", "hidden_dropout_prob"),
-                  ("attention_dropout", "attention_probs_dropout_prob"),
-                  ("activation", "hidden_act"))
+def _encoder_rows() -> tuple[Row, ...]:
+  """The fine-tuned (untied) encoder under ``bert.*``: each ALBERT group
+  row as a layer row, the embeddings and their projection."""
+  group = "albert.groups.{i}.layers.0."
+  out = []
+  for r in ALBERT.rows:
+    if r.ours.startswith(group):
+      ours = "bert.layers.{i}." + r.ours[len(group):]
+    elif r.ours.startswith("albert.embeddings"):
+      ours = "bert." + r.ours[len("albert."):]
+    else:  # The pooler (a head's) and the MLM and SOP heads.
+      continue
+    out.append(Row(ours, r.hf, "", r.transpose_hf, False))
+  return tuple(out)
 
 
-def _distil_to_hf(mc, pad_token_id: int = 0) -> dict:
-  if int(mc.type_vocab_size):
-    raise ValueError(f"model.type_vocab_size={mc.type_vocab_size}: DistilBERT "
-                     "has no segment embeddings (the student config sets 0).")
-  cfg = {hf: mc[ours] for hf, ours in _DISTIL_FIELDS}
-  cfg.update(architectures=["DistilBertForMaskedLM"], model_type="distilbert",
-             pad_token_id=int(pad_token_id), tie_word_embeddings=True,
-             sinusoidal_pos_embds=False)
-  return cfg
+def _untied_to_hf(mc, pad_token_id: int = 0) -> dict:
+  """config.json of a fine-tuned ALBERT: one group per layer."""
+  untied = ml_collections.ConfigDict(mc.to_dict())
+  untied.num_hidden_groups = int(mc.num_hidden_layers)
+  return dict(_albert_to_hf(untied, pad_token_id),
+              architectures=["AlbertModel"])
 
 
-def _distil_from_hf(hf_cfg):
-  mc = config_lib.model_config("base")
-  for hf, ours in _DISTIL_FIELDS:
-    if hf in hf_cfg:
-      mc[ours] = type(mc[ours])(hf_cfg[hf])
-  mc.type_vocab_size = 0
-  if hf_cfg.get("sinusoidal_pos_embds"):
-    raise ValueError("sinusoidal_pos_embds=True DistilBERT checkpoints are not "
-                     "supported (learned positions only).")
-  return mc
+def _untied(hf_cfg) -> bool:
+  """One group per layer: a fine-tuned ALBERT as bert_jax exports it."""
+  return hf_cfg.get("num_hidden_groups", 1) == hf_cfg.get(
+      "num_hidden_layers", 12)
 
 
-_DL, _DH = "bert.layers.{i}.", "distilbert.transformer.layer.{i}."
-DISTILBERT = mapping.register(mapping.Family(
-    name="distilbert", model_type="distilbert", make_model=_distil_model,
-    rows=_rows((
-        ("bert.embeddings.word_embeddings", "distilbert.embeddings.word_embeddings.weight", False),
-        ("bert.embeddings.position_embeddings", "distilbert.embeddings.position_embeddings.weight", False),
-        ("bert.embeddings.layer_norm.scale", "distilbert.embeddings.LayerNorm.weight", False),
-        ("bert.embeddings.layer_norm.bias", "distilbert.embeddings.LayerNorm.bias", False),
-        (_DL + "attention.query.kernel", _DH + "attention.q_lin.weight", True),
-        (_DL + "attention.query.bias", _DH + "attention.q_lin.bias", False),
-        (_DL + "attention.key.kernel", _DH + "attention.k_lin.weight", True),
-        (_DL + "attention.key.bias", _DH + "attention.k_lin.bias", False),
-        (_DL + "attention.value.kernel", _DH + "attention.v_lin.weight", True),
-        (_DL + "attention.value.bias", _DH + "attention.v_lin.bias", False),
-        (_DL + "attention.output.kernel", _DH + "attention.out_lin.weight", True),
-        (_DL + "attention.output.bias", _DH + "attention.out_lin.bias", False),
-        (_DL + "attention.layer_norm.scale", _DH + "sa_layer_norm.weight", False),
-        (_DL + "attention.layer_norm.bias", _DH + "sa_layer_norm.bias", False),
-        (_DL + "feed_forward.intermediate.kernel", _DH + "ffn.lin1.weight", True),
-        (_DL + "feed_forward.intermediate.bias", _DH + "ffn.lin1.bias", False),
-        (_DL + "feed_forward.output.kernel", _DH + "ffn.lin2.weight", True),
-        (_DL + "feed_forward.output.bias", _DH + "ffn.lin2.bias", False),
-        (_DL + "feed_forward.layer_norm.scale", _DH + "output_layer_norm.weight", False),
-        (_DL + "feed_forward.layer_norm.bias", _DH + "output_layer_norm.bias", False),
-        ("mlm_head.transform.kernel", "vocab_transform.weight", True),
-        ("mlm_head.transform.bias", "vocab_transform.bias", False),
-        ("mlm_head.layer_norm.scale", "vocab_layer_norm.weight", False),
-        ("mlm_head.layer_norm.bias", "vocab_layer_norm.bias", False),
-        ("mlm_head.bias", "vocab_projector.bias", False),
-    )),
-    tied={"vocab_projector.weight": "distilbert.embeddings.word_embeddings.weight"},
-    heads={"mlm_head": "vocab_"},
-    architectures=(("vocab_projector.", "DistilBertForMaskedLM"),),
-    default_architecture="DistilBertModel", base_prefix="distilbert.",
-    # The student of a distillation run (objectives/distil.py).
-    objectives=("distil",), masked_lm=True,
-    objective_fields=lambda mc: {"student_layers": int(mc.num_hidden_layers)},
-    config_to_hf=_distil_to_hf, config_from_hf=_distil_from_hf,
-))
+ENCODER = bert_family.encoder_table(
+    ALBERT, name="albert_encoder", architecture="AlbertModel",
+    rows=_encoder_rows(), config_to_hf=_untied_to_hf)
+
+
+def pretrained_encoder_params(config, params) -> dict:
+  """An ALBERT run's encoder for a task head: embeddings, the E -> H
+  projection, the trained pooler, and each layer a copy of its group's
+  block (the copies are fine-tuned untied)."""
+  m = config.model
+  if int(m.inner_group_num) != 1:
+    raise ValueError(f"model.inner_group_num={m.inner_group_num}: fine-tuning "
+                     "an ALBERT covers inner_group_num=1 (every released "
+                     "ALBERT).")
+  a, n, g = params["albert"], int(m.num_hidden_layers), int(
+      m.num_hidden_groups)
+  return {"bert": {
+      "embeddings": a["embeddings"],
+      "embeddings_project": a["embeddings_project"],
+      "layers": {i: a["groups"][i * g // n]["layers"][0] for i in range(n)},
+      "pooler": a["pooler"]}}
+
+
+LAYOUT = heads.HeadLayout(pooler_act="tanh")
+
+FAMILY = Family(
+    name="albert", title="ALBERT", objectives=(albert_objective.OBJECTIVE,),
+    pretraining_tables=(ALBERT,), encoder_table=ENCODER, encoder_attr="bert",
+    make_encoder=bert_family.make_encoder, head_layout=LAYOUT,
+    pooler_rows=(
+        Row("bert.pooler.kernel", "albert.pooler.weight", "", True, False),
+        Row("bert.pooler.bias", "albert.pooler.bias", "", False, False)),
+    transform_rows=(), output_hf={},
+    output_tf={}, encoder_flops=bert_family.encoder_flops,
+    validate_model=model_lib.validate_model_config,
+    pretrained_encoder_config=lambda config: bert_family.encoder_config(
+        config.model, LAYOUT.pooler_act),
+    pretrained_encoder_params=pretrained_encoder_params,
+    hf_models=default_hf_models, reads_task_dir=_untied)

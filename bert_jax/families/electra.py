@@ -1,12 +1,12 @@
-"""Hugging Face <-> bert_jax for ELECTRA: one table per network, both ways.
+"""ELECTRA (Clark et al. 2020): the discriminator / generator pair, one
+Hugging Face table per network, both ways, and through the task kinds
+ELECTRA's task classes on the discriminator's encoder.
 
-The tables are registered in :mod:`bert_jax.hf.mapping` as the families
-``electra_discriminator`` and ``electra_generator``, built from BERT's rows
-(the same embeddings and layers under ELECTRA's names); their ``make_model``
-builds the network alone (``electra_model.Electra{Discriminator,Generator}
-Model``) and their ``config_to_hf`` writes its ElectraConfig. Export and
-import read them through ``mapping.to_hf_state_dict`` / ``from_hf_state_dict``
-like every other family; this module adds what is the pair's own:
+The tables (``DISCRIMINATOR_TABLE``, ``GENERATOR_TABLE``) are built from
+BERT's rows (the same embeddings and layers under ELECTRA's names); their
+``make_model`` builds the network alone (``electra_model.Electra
+{Discriminator,Generator}Model``) and their ``config_to_hf`` writes its
+ElectraConfig. A run exports as a pair:
 
   OUT/discriminator/   ElectraForPreTraining (config.json, model.safetensors,
                        tokenizer files): replaced-token logits, the encoder
@@ -19,6 +19,11 @@ Google's released pairs do; the generator's ``generator_lm_head.weight`` is
 the tied word-embedding table. Import reads such a pair (or Google's released
 ``electra-*-discriminator`` / ``electra-*-generator`` directories) back into
 our tree; the embeddings must agree between the two (they were one table).
+
+Fine-tuning reads the discriminator (as the paper fine-tunes it):
+``models.bert.BertModel`` with the E -> H projection when E != H, its
+pooler the dense + gelu of Hugging Face's ``ElectraClassificationHead``
+(``classifier.dense``, then ``classifier.out_proj``).
 """
 
 from __future__ import annotations
@@ -32,13 +37,17 @@ import ml_collections
 import numpy as np
 
 from bert_jax import config_lib
-from bert_jax.hf import bert as hf_bert
+from bert_jax.families import Family
+from bert_jax.families import bert as bert_family
 from bert_jax.hf import checkpoint_io
 from bert_jax.hf import importing
 from bert_jax.hf import mapping
 from bert_jax.hf.mapping import Row
+from bert_jax.hf.mapping import Table
 from bert_jax.models import bert as model_lib
 from bert_jax.models import electra as electra_model
+from bert_jax.models import heads
+from bert_jax.objectives import electra as electra_objective
 
 DISCRIMINATOR, GENERATOR = "discriminator", "generator"
 NETWORKS = (DISCRIMINATOR, GENERATOR)
@@ -47,10 +56,6 @@ ARCHITECTURES = {DISCRIMINATOR: "ElectraForPreTraining",
 # The params both networks read (one table in our tree, a copy in each HF
 # model).
 SHARED = "embeddings"
-
-
-def family_name(network: str) -> str:
-  return f"electra_{network}"
 
 
 def _bert_rows(network: str) -> tuple[tuple[Row, ...], tuple[Row, ...]]:
@@ -62,7 +67,7 @@ def _bert_rows(network: str) -> tuple[tuple[Row, ...], tuple[Row, ...]]:
   Google's TF names are not mapped.
   """
   embeddings, layers = [], []
-  for r in hf_bert.BERT.rows:
+  for r in bert_family.BERT.rows:
     hf = "electra." + r.hf[len("bert."):]
     if r.ours.startswith("bert.embeddings."):
       embeddings.append(Row(r.ours[len("bert."):], hf, "", r.transpose_hf,
@@ -75,7 +80,7 @@ def _bert_rows(network: str) -> tuple[tuple[Row, ...], tuple[Row, ...]]:
 
 def _project_rows(network: str) -> tuple[Row, ...]:
   """The E -> H projection: only when the network's hidden size differs
-  from embedding_size (Family.optional)."""
+  from embedding_size (Table.optional)."""
   return (
       Row(f"{network}.encoder.embeddings_project.kernel", "electra.embeddings_project.weight", "", True, False),
       Row(f"{network}.encoder.embeddings_project.bias", "electra.embeddings_project.bias", "", False, False),
@@ -222,10 +227,10 @@ def from_hf_state_dicts(state_dicts: Mapping[str, Mapping[str, Any]], config
   read by its family's table; the shared embeddings must be equal in both
   (a ValueError names the first that is not)."""
   trees = {n: importing.from_hf_state_dict(
-      state_dicts[n], network_config(config, n), family=family_name(n))[0]
+      state_dicts[n], network_config(config, n), TABLES[n])[0]
            for n in NETWORKS}
   disc, gen = (mapping.flatten_params(trees[n][SHARED]) for n in NETWORKS)
-  hf_names = {r.ours: r.hf for r in mapping.get(family_name(GENERATOR)).rows}
+  hf_names = {r.ours: r.hf for r in TABLES[GENERATOR].rows}
   for key, x in disc.items():
     if not np.array_equal(x, gen[key]):
       raise ValueError(
@@ -258,18 +263,95 @@ def _network_model(network: str):
   return make
 
 
-def _register(network: str) -> mapping.Family:
+def _table(network: str) -> Table:
   embeddings, layers = _bert_rows(network)
-  return mapping.register(mapping.Family(
-      name=family_name(network), model_type="electra",
+  return Table(
+      name=f"electra_{network}", model_type="electra",
       rows=embeddings + _project_rows(network) + layers + HEAD_ROWS[network],
       make_model=_network_model(network), tied=TIED_HF_KEYS.get(network, {}),
-      default_architecture=ARCHITECTURES[network], base_prefix="electra.",
+      default_architecture=ARCHITECTURES[network],
+      export_architecture=ARCHITECTURES[network], base_prefix="electra.",
       shape_fields={"embeddings.": "embedding_size"},
       optional=("embeddings_project",), masked_lm=network == GENERATOR,
       config_to_hf=functools.partial(_config_to_hf, network),
-      config_from_hf=_config_from_hf))
+      config_from_hf=_config_from_hf)
 
 
-DISCRIMINATOR_FAMILY = _register(DISCRIMINATOR)
-GENERATOR_FAMILY = _register(GENERATOR)
+TABLES = {n: _table(n) for n in NETWORKS}
+DISCRIMINATOR_TABLE, GENERATOR_TABLE = TABLES[DISCRIMINATOR], TABLES[GENERATOR]
+
+
+def hf_models(config, params) -> tuple[checkpoint_io.HFModel, ...]:
+  """Two Hugging Face models, as Google releases them: discriminator/
+  (ElectraForPreTraining) and generator/ (ElectraForMaskedLM), each with a
+  copy of the shared embeddings."""
+  return tuple(checkpoint_io.HFModel(
+      net, TABLES[net], network_config(config, net),
+      network_params(params, net)) for net in NETWORKS)
+
+
+# --------------------------------------------------------------------------
+# The encoder task heads sit on: the discriminator
+# --------------------------------------------------------------------------
+def _encoder_rows() -> tuple[Row, ...]:
+  """The discriminator as ``models.bert.BertModel`` (``bert.*``) under
+  ElectraModel's names: BERT's embeddings and layers, the projection."""
+  out = [Row(r.ours, "electra." + r.hf[len("bert."):], "", r.transpose_hf,
+             False)
+         for r in bert_family.BERT.rows
+         if r.ours.startswith(("bert.embeddings.", "bert.layers."))]
+  out[5:5] = [
+      Row("bert.embeddings_project.kernel", "electra.embeddings_project.weight", "", True, False),
+      Row("bert.embeddings_project.bias", "electra.embeddings_project.bias", "", False, False)]
+  return tuple(out)
+
+
+def _encoder_to_hf(mc, pad_token_id: int = 0) -> dict:
+  net = ml_collections.ConfigDict(mc.to_dict())
+  net.embedding_size = model_lib.embedding_size(mc)
+  return dict(_config_to_hf(DISCRIMINATOR, net, pad_token_id),
+              architectures=["ElectraModel"])
+
+
+ENCODER = bert_family.encoder_table(
+    DISCRIMINATOR_TABLE, name="electra_encoder", architecture="ElectraModel",
+    rows=_encoder_rows(), config_to_hf=_encoder_to_hf)
+
+
+def pretrained_encoder_params(config, params) -> dict:
+  """The discriminator of an ELECTRA run: the shared embeddings, its
+  E -> H projection when E != H, and its layers; the pooler comes fresh."""
+  del config
+  enc = params["discriminator"]["encoder"]
+  out = {"embeddings": params["embeddings"], "layers": enc["layers"]}
+  if enc.get("embeddings_project") is not None:
+    out["embeddings_project"] = enc["embeddings_project"]
+  return {"bert": out}
+
+
+LAYOUT = heads.HeadLayout(pooler_act="gelu")
+
+
+def _one_network(model_config) -> dict:
+  """A directory holding one network is half of a run: refused."""
+  del model_config
+  raise ValueError("is one Hugging Face ELECTRA network, half of an ELECTRA "
+                   "pair: give the directory holding its discriminator/ and "
+                   "generator/.")
+
+FAMILY = Family(
+    name="electra", title="ELECTRA", objectives=(electra_objective.OBJECTIVE,),
+    pretraining_tables=(DISCRIMINATOR_TABLE, GENERATOR_TABLE),
+    encoder_table=ENCODER, encoder_attr="bert",
+    make_encoder=bert_family.make_encoder, head_layout=LAYOUT,
+    pooler_rows=(
+        Row("bert.pooler.kernel", "classifier.dense.weight", "", True, False),
+        Row("bert.pooler.bias", "classifier.dense.bias", "", False, False)),
+    transform_rows=(),
+    output_hf={heads.POOLED: "classifier.out_proj"}, output_tf={},
+    encoder_flops=bert_family.encoder_flops,
+    validate_model=model_lib.validate_model_config,
+    pretrained_encoder_config=lambda config: bert_family.encoder_config(
+        config.model, LAYOUT.pooler_act),
+    pretrained_encoder_params=pretrained_encoder_params,
+    hf_models=hf_models, hf_run_fields=_one_network)

@@ -1,11 +1,11 @@
-"""ModernBERT's Hugging Face tables: ``modernbert`` (ModernBertForMaskedLM;
-a ModernBertModel directory imports with a fresh head), and the fine-tuned
-heads ``modernbert_classify`` (ModernBertForSequenceClassification),
-``modernbert_token_classify`` (ModernBertForTokenClassification) and
-``modernbert_qa`` (ModernBertForQuestionAnswering), with the config.json
-conversion both ways. Each head table is the encoder, the prediction head
-and ``classifier``; from a masked-LM directory the head loads (as in HF)
-and the classifier is fresh.
+"""ModernBERT (Warner et al. 2024): ``ModernBertForMaskedLM`` (a
+``ModernBertModel`` directory imports with a fresh head), the config.json
+conversion both ways, and the head layout of its task classes: the
+prediction head (``head``: dense, activation, norm) between the pooled
+vector or every token and ``classifier`` (the question-answering head too),
+with ``classifier_dropout``. From a masked-LM directory or run a task head
+takes the encoder and the prediction head (as Hugging Face does) and its
+classifier is fresh.
 
 Our tree mirrors HF's module names in snake case (``attn.Wqkv`` ->
 ``attn.wqkv``). Two kernels are fused in HF and stored with their parts on
@@ -18,11 +18,17 @@ bias is ours (``decoder.bias``). Block 0 has no ``attn_norm``, as in HF.
 from __future__ import annotations
 
 from bert_jax import config_lib
-from bert_jax.hf import classify as hf_classify
+from bert_jax.families import Family
+from bert_jax.families import default_hf_models
+from bert_jax.families import bert as bert_family
 from bert_jax.hf import mapping
+from bert_jax.hf.mapping import Table
+from bert_jax.models import flops as flops_lib
+from bert_jax.models import heads
 from bert_jax.models import layers
 from bert_jax.models import modernbert as model_lib
 from bert_jax.models import rope_attention
+from bert_jax.objectives import modernbert as modernbert_objective
 
 _L, _HL = "model.layers.{i}.", "model.layers.{i}."
 _FUSED3, _FUSED2 = mapping.split_linear(3), mapping.split_linear(2)
@@ -54,13 +60,14 @@ _HEAD = (
 # Block 0 has no attention norm (HF: nn.Identity).
 _FIRST_LAYER = {_L + "attn_norm.scale": 1}
 _SHAPE_FIELDS = {"tok_embeddings": "vocab_size", "decoder": "vocab_size",
-                 "mlp.": "intermediate_size", "classifier": "num_labels"}
+                 "mlp.": "intermediate_size"}
 
 
 # --------------------------------------------------------------------------
 # config.json <-> our model config
 # --------------------------------------------------------------------------
-def config_to_hf(mc, pad_token_id: int = 0) -> dict:
+def config_to_hf(mc, pad_token_id: int = 0,
+                 architecture: str = "ModernBertForMaskedLM") -> dict:
   """Our model config -> a ModernBertConfig dict (layer types, RoPE
   parameters per layer type; special ids: ours, [PAD] 0 / [CLS] 2 /
   [SEP] 3, or the export's tokenizer's)."""
@@ -69,7 +76,7 @@ def config_to_hf(mc, pad_token_id: int = 0) -> dict:
            else "sliding_attention" for i in range(n)]
   cls_id, sep_id = 2, 3
   return dict(
-      architectures=["ModernBertForMaskedLM"], model_type="modernbert",
+      architectures=[architecture], model_type="modernbert",
       vocab_size=int(mc.vocab_size), hidden_size=int(mc.hidden_size),
       intermediate_size=int(mc.intermediate_size), num_hidden_layers=n,
       num_attention_heads=int(mc.num_attention_heads),
@@ -173,7 +180,7 @@ def _mlm(model_config, rngs):
   return model_lib.ModernBertForMaskedLM(model_config, rngs=rngs)
 
 
-MODERNBERT = mapping.register(mapping.Family(
+MODERNBERT = Table(
     name="modernbert", model_type="modernbert", make_model=_mlm,
     rows=_ENCODER + _HEAD + (_row("decoder.bias", "decoder.bias"),),
     tied={"decoder.weight": "model.embeddings.tok_embeddings.weight"},
@@ -182,53 +189,51 @@ MODERNBERT = mapping.register(mapping.Family(
     architectures=(("decoder.", "ModernBertForMaskedLM"),),
     default_architecture="ModernBertModel", base_prefix="model.",
     shape_fields=_SHAPE_FIELDS, export_architecture="ModernBertForMaskedLM",
-    first_layer=_FIRST_LAYER,
-    objectives=("modernbert",), masked_lm=True,
+    first_layer=_FIRST_LAYER, masked_lm=True,
     config_to_hf=config_to_hf, config_from_hf=config_from_hf,
-))
+)
 
 
-def _with_architecture(architecture: str):
-  """config_to_hf naming a fine-tuned head's class."""
-  def write(mc, pad_token_id: int = 0) -> dict:
-    return dict(config_to_hf(mc, pad_token_id), architectures=[architecture])
-  return write
+def make_encoder(model_config, rngs, pooler: bool):
+  """ModernBertModel (no pooler: a sentence head pools its tokens)."""
+  del pooler
+  return model_lib.ModernBertModel(model_config, rngs=rngs)
 
 
-def _register_head(name: str, architecture: str, model_class,
-                   objective: str, config_fields, shape_fields
-                   ) -> mapping.Family:
-  """A fine-tuned head's table: encoder, prediction head, classifier."""
-  return mapping.register(mapping.Family(
-      name=name, model_type="modernbert",
-      make_model=lambda model_config, rngs: model_class(model_config,
-                                                        rngs=rngs),
-      rows=_ENCODER + _HEAD + (
-          _row("classifier.kernel", "classifier.weight", True),
-          _row("classifier.bias", "classifier.bias")),
-      # From a masked-LM directory the head loads (as in HF) and the
-      # classifier is fresh; from a bare ModernBertModel both are.
-      heads={"head": "head", "classifier": "classifier"},
-      architectures=(("classifier.", architecture),),
-      default_architecture="ModernBertModel", base_prefix="model.",
-      shape_fields=shape_fields, first_layer=_FIRST_LAYER,
-      export_architecture=architecture, objectives=(objective,),
-      config_fields=config_fields,
-      config_to_hf=_with_architecture(architecture),
-      config_from_hf=config_from_hf))
+ENCODER = bert_family.encoder_table(
+    MODERNBERT, name="modernbert_encoder", architecture="ModernBertModel",
+    rows=_ENCODER, attr="model", make=make_encoder,
+    config_to_hf=lambda mc, pad_token_id=0: config_to_hf(
+        mc, pad_token_id, "ModernBertModel"),
+    first_layer=_FIRST_LAYER)
 
 
-_NO_LABELS = {k: v for k, v in _SHAPE_FIELDS.items() if k != "classifier"}
+def _prediction_head(model_config, rngs):
+  return model_lib.PredictionHead(model_config, rngs=rngs)
 
-MODERNBERT_CLASSIFY = _register_head(
-    "modernbert_classify", "ModernBertForSequenceClassification",
-    model_lib.ModernBertForSequenceClassification, "modernbert_classify",
-    hf_classify.classification_fields, _SHAPE_FIELDS)
-MODERNBERT_TOKEN_CLASSIFY = _register_head(
-    "modernbert_token_classify", "ModernBertForTokenClassification",
-    model_lib.ModernBertForTokenClassification, "modernbert_token_classify",
-    hf_classify.token_classification_fields, _SHAPE_FIELDS)
-MODERNBERT_QA = _register_head(
-    "modernbert_qa", "ModernBertForQuestionAnswering",
-    model_lib.ModernBertForQuestionAnswering, "modernbert_span_qa",
-    hf_classify.qa_fields, _NO_LABELS)
+
+LAYOUT = heads.HeadLayout(
+    pooler_act=None, transform=_prediction_head,
+    dropout_field="classifier_dropout_prob", dropout_roles=heads.ROLES,
+    output_init=model_lib.classifier_init,
+    transform_flops=lambda mc: 6.0 * int(mc.hidden_size) ** 2)
+
+
+def encoder_flops(model_config, work, seq_length: int) -> float:
+  return flops_lib.modernbert_encoder_flops(model_config, work, seq_length)
+
+
+FAMILY = Family(
+    name="modernbert", title="ModernBERT", objectives=(modernbert_objective.OBJECTIVE,),
+    pretraining_tables=(MODERNBERT,), encoder_table=ENCODER,
+    encoder_attr="model", make_encoder=make_encoder, head_layout=LAYOUT,
+    pooler_rows=(), transform_rows=_HEAD,
+    output_hf={heads.SPAN: "classifier"}, output_tf={},
+    encoder_flops=encoder_flops,
+    validate_model=model_lib.validate_model_config,
+    pretrained_encoder_config=lambda config: config.model,
+    # The encoder and the prediction head (as HF loads ``head.*`` from a
+    # ModernBertForMaskedLM); a task's classifier is fresh.
+    pretrained_encoder_params=lambda config, params: {
+        "model": params["model"], "head": params["head"]},
+    hf_models=default_hf_models)

@@ -2,17 +2,20 @@
 
 Read (``data/token_sources``: CoNLL columns, JSONL, TFDS ``conll2003``),
 featurized with the checkpoint's tokenizer (``data/token_features``: first
-sub-token labelled, overlapping windows, every word predicted once), trained
-with the ``token_classify`` objective (``BertForTokenClassification``; a
-ModernBERT source ``modernbert_token_classify``), and
-scored per word with conlleval's entity precision / recall / F1, micro and per
-type, and token accuracy (``entity_metrics``). The predictions file of each
-eval split is ``predictions/<split>/predictions.conll``: ``word gold
+sub-token labelled, overlapping windows, every word predicted once), and
+scored per word with conlleval's entity precision / recall / F1, micro and
+per type, and token accuracy (``entity_metrics``). The predictions file of
+each eval split is ``predictions/<split>/predictions.conll``: ``word gold
 predicted`` per line and a blank line between sentences, which conlleval
 reads unchanged.
 
-A task kind module gives ``finetuning`` the same few names (KIND,
-OBJECTIVE, ``read``, ``Input``, ``Scorer``, ``main_score``; see there).
+The head gives ``model.num_labels`` tag logits at every position,
+cross-entropy at the labelled ones: ``label_weights`` is 1 at the positions
+whose tag is learned (a word's first sub-token in the window that owns it;
+every sub-token with ``task.label_all_subtokens``) and 0 elsewhere ([CLS],
+[SEP], padding, later sub-tokens, padding rows), so the loss is the mean
+over labelled words of the whole global batch, whatever the mesh or bucket
+length. Exported as the family's ``...ForTokenClassification``.
 """
 
 from __future__ import annotations
@@ -20,15 +23,20 @@ from __future__ import annotations
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
+from bert_jax import tasks
 from bert_jax.data import feature_batches
+from bert_jax.data import features
 from bert_jax.data import token_features
 from bert_jax.data import token_sources
-from bert_jax.downstream import entity_metrics
+from bert_jax.models import heads
+from bert_jax.objectives import safe_div
+from bert_jax.tasks import entity_metrics
+from bert_jax.tasks import sentence
 
-KIND = "token"
-OBJECTIVE = "token_classify"
 PREDICTIONS_FILE = "predictions.conll"
 
 
@@ -143,3 +151,84 @@ class Scorer:
                                                      pred)) + "\n")
       paths.append(path)
     return paths
+
+
+# ==============================================================================
+# The head's loss and metrics.
+# ==============================================================================
+def feature_spec(config):
+  del config
+  return features.TOKEN_CLASSIFICATION
+
+
+def logits(model, batch, rng, deterministic: bool):
+  """[B, T, num_labels] float32."""
+  rngs = None if deterministic else nnx.Rngs(dropout=rng)
+  return model(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
+               deterministic=deterministic, rngs=rngs)
+
+
+def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
+  del config
+  out = logits(model, batch, rng, deterministic)
+  labels, w = batch["labels"], batch["label_weights"]
+  nll = -jnp.take_along_axis(jax.nn.log_softmax(out), labels[..., None],
+                             axis=-1)[..., 0]
+  return dict(loss=jnp.sum(w * nll), tokens=jnp.sum(w),
+              correct=jnp.sum(w * (jnp.argmax(out, -1) == labels)))
+
+
+def predict(model, batch, config) -> dict:
+  """Per-position tag logits [B, T, num_labels], no dropout."""
+  del config
+  return dict(logits=logits(model, batch, None, True))
+
+
+def counts(batch, config) -> dict:
+  del config
+  return dict(tokens=jnp.sum(batch["label_weights"]))
+
+
+def loss(sums, counts_, config):
+  del config
+  return safe_div(sums["loss"], counts_["tokens"])
+
+
+def metrics(sums, counts_, config) -> dict:
+  return dict(loss=loss(sums, counts_, config),
+              accuracy=safe_div(sums["correct"], counts_["tokens"]))
+
+
+def validate(config) -> None:
+  """A tagging task's checks: the run's, the head's and the windows over
+  long sentences."""
+  tasks.check_task_run(config)
+  tasks.check_num_labels(config, "the tag set's size")
+  task = config.get("task")
+  if task is None:  # The objective alone (tests, tools): no windows to check.
+    return
+  window = int(config.data.seq_length) - 2  # [CLS] ... [SEP]
+  if not 0 <= int(task.doc_stride) <= window:
+    raise ValueError(f"task.doc_stride={task.doc_stride} must be between 1 and "
+                     f"the window's {window} tokens (data.seq_length - 2), or "
+                     "0 (half the window).")
+
+
+def token_classification_fields(model_config, label_names=()) -> dict:
+  """config.json entries of HF token classification: num_labels and
+  id2label / label2id (the run's tag names, else LABEL_i)."""
+  fields = sentence.classification_fields(model_config, label_names)
+  fields.pop("problem_type")
+  return fields
+
+
+KIND = tasks.Kind(
+    name="token", objective="token_classify", role=heads.TOKEN,
+    output_name="classifier", outputs=lambda mc: int(mc.num_labels),
+    hf_suffix="ForTokenClassification", outputs_are_labels=True,
+    config_fields=token_classification_fields, feature_spec=feature_spec,
+    loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
+    predict=predict, log_keys=(("loss", "loss"), ("acc", "accuracy")),
+    validate=validate, packing=False, read=read, save=save,
+    make_input=Input, make_scorer=Scorer, main_score=main_score,
+    tfds_tasks=tuple(token_sources.TFDS_TASKS))

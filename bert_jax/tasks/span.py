@@ -4,10 +4,8 @@
 Read (``data/squad_sources``: SQuAD JSON, TFDS ``squad/v1.1`` /
 ``squad/v2.0``), featurized with the checkpoint's tokenizer
 (``data/span_features``: ``[CLS] q [SEP] context [SEP]`` windows with
-character offsets), trained with the ``span_qa`` objective
-(``BertForQuestionAnswering``; a ModernBERT source ``modernbert_span_qa``),
-answered by ``span_answers`` (n-best spans
-over windows, v2 null odds against ``task.null_score_diff_threshold``) and
+character offsets), answered by ``span_answers`` (n-best spans over
+windows, v2 null odds against ``task.null_score_diff_threshold``) and
 scored by the official EM / F1 (``squad_metrics``). Each eval split writes
 ``predictions/<split>/predictions.json`` ({question id: answer text}),
 ``nbest_predictions.json`` (run_squad's: per question the n-best texts with
@@ -15,7 +13,15 @@ probability, start and end logit) and, for v2, ``null_odds.json``
 ({question id: null odds}): the official ``evaluate-v2.0.py DATA
 predictions.json --na-prob-file null_odds.json`` reads them unchanged.
 
-The module gives ``finetuning`` the task-kind names (see ``token_tasks``).
+The head gives two logits per position, the answer's start and end; the
+loss of a window is (CE(start) + CE(end)) / 2 over its positions, as
+google-research/bert's run_squad and Hugging Face's question-answering
+classes; a window without the answer (or an unanswerable question) targets
+[CLS], position 0. Padding positions are masked out of both softmaxes (a
+large negative logit), so a window's loss does not depend on the bucket
+length it is padded to; rows of ``example_weights`` 0 (padding rows of the
+last eval batch) count nothing. Exported as the family's
+``...ForQuestionAnswering``.
 """
 
 from __future__ import annotations
@@ -24,16 +30,21 @@ import json
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
+from bert_jax import tasks
 from bert_jax.data import feature_batches
+from bert_jax.data import features
 from bert_jax.data import span_features
 from bert_jax.data import squad_sources
-from bert_jax.downstream import span_answers
-from bert_jax.downstream import squad_metrics
+from bert_jax.models import heads
+from bert_jax.objectives import safe_div
+from bert_jax.tasks import span_answers
+from bert_jax.tasks import squad_metrics
 
-KIND = "span"
-OBJECTIVE = "span_qa"
+PADDING_LOGIT = -1e4  # Below any real logit, finite in every dtype.
 PREDICTIONS_FILE = "predictions.json"
 NULL_ODDS_FILE = "null_odds.json"
 NBEST_FILE = "nbest_predictions.json"
@@ -156,3 +167,102 @@ class Scorer:
           json.dump(content, f, indent=1, ensure_ascii=False)
         paths.append(path)
     return paths
+
+
+# ==============================================================================
+# The head's loss and metrics.
+# ==============================================================================
+def feature_spec(config):
+  del config
+  return features.SPAN_QA
+
+
+def logits(model, batch, rng, deterministic: bool):
+  """(start, end) logits [B, T] float32, padding positions masked."""
+  rngs = None if deterministic else nnx.Rngs(dropout=rng)
+  out = model(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
+              deterministic=deterministic, rngs=rngs)
+  real = batch["input_mask"] > 0
+  return (jnp.where(real, out[..., 0], PADDING_LOGIT),
+          jnp.where(real, out[..., 1], PADDING_LOGIT))
+
+
+def _nll(logits_, positions):
+  return -jnp.take_along_axis(jax.nn.log_softmax(logits_),
+                              positions[:, None], axis=-1)[:, 0]
+
+
+def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
+  del config
+  start, end = logits(model, batch, rng, deterministic)
+  w = batch["example_weights"]
+  s, e = batch["start_positions"], batch["end_positions"]
+  nll = 0.5 * (_nll(start, s) + _nll(end, e))
+  hit = (jnp.argmax(start, -1) == s) & (jnp.argmax(end, -1) == e)
+  return dict(loss=jnp.sum(w * nll), examples=jnp.sum(w),
+              span_correct=jnp.sum(w * hit))
+
+
+def predict(model, batch, config) -> dict:
+  """Start and end logits [B, T] (padding masked), no dropout."""
+  del config
+  start, end = logits(model, batch, None, True)
+  return dict(start_logits=start, end_logits=end)
+
+
+def counts(batch, config) -> dict:
+  del config
+  return dict(examples=jnp.sum(batch["example_weights"]))
+
+
+def loss(sums, counts_, config):
+  del config
+  return safe_div(sums["loss"], counts_["examples"])
+
+
+def metrics(sums, counts_, config) -> dict:
+  """Loss and the share of windows whose start and end argmax are right."""
+  return dict(loss=loss(sums, counts_, config),
+              span_accuracy=safe_div(sums["span_correct"],
+                                     counts_["examples"]))
+
+
+def validate(config) -> None:
+  """A QA task's checks: the run's, and room in the sequence for the
+  context beside the longest question (run_squad's max_seq_length >
+  max_query_length + 3: [CLS] and two [SEP]); the answer search's sizes."""
+  tasks.check_task_run(config)
+  task = config.get("task")
+  if task is None:  # The objective alone (tests, tools): no windows to check.
+    return
+  seq, query = int(config.data.seq_length), int(task.max_query_length)
+  if query < 1:
+    raise ValueError(f"task.max_query_length={query} must be >= 1.")
+  if seq <= query + 3:
+    raise ValueError(f"data.seq_length={seq} must exceed task.max_query_length"
+                     f"={query} + 3 ([CLS] and two [SEP]) to leave room for "
+                     "the context.")
+  for field in ("n_best_size", "max_answer_length"):
+    if int(task[field]) < 1:
+      raise ValueError(f"task.{field}={task[field]} must be >= 1.")
+  if int(task.doc_stride) < 0:
+    raise ValueError(f"task.doc_stride={task.doc_stride} must be >= 1, or 0 "
+                     "(run_squad's 128).")
+
+
+def qa_fields(model_config, label_names=()) -> dict:
+  """config.json entries of HF question answering: num_labels=2."""
+  del model_config, label_names
+  return dict(num_labels=2)  # HF sizes qa_outputs by num_labels: start, end.
+
+
+KIND = tasks.Kind(
+    name="span", objective="span_qa", role=heads.SPAN,
+    output_name="qa_outputs", outputs=lambda mc: 2,
+    hf_suffix="ForQuestionAnswering", outputs_are_labels=False,
+    config_fields=qa_fields, feature_spec=feature_spec, loss_sums=loss_sums,
+    counts=counts, loss=loss, metrics=metrics, predict=predict,
+    log_keys=(("loss", "loss"), ("span_acc", "span_accuracy")),
+    validate=validate, packing=False, read=read, save=save, make_input=Input,
+    make_scorer=Scorer, main_score=main_score,
+    tfds_tasks=tuple(squad_sources.TFDS_TASKS))

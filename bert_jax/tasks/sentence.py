@@ -4,13 +4,20 @@
 Read by ``data/task_sources`` (GLUE from TFDS, the user's files with a
 saved ``label_map.json``), batched in graph by ``data/task_data``
 (``[CLS] A [SEP] B [SEP]``, length buckets, or with ``data.packing``
-several examples a row, attention inside each), trained with the ``classify``
-objective and scored with the task's official metrics (``metrics``). Each
-eval split writes ``predictions/<split>/predictions.jsonl``: per example its
-row in the source, text(s), gold label, predicted label and the class
-probabilities (regression: gold and predicted value).
+several examples a row, attention inside each), and scored with the task's
+official metrics (``sentence_metrics``). Each eval split writes
+``predictions/<split>/predictions.jsonl``: per example its row in the
+source, text(s), gold label, predicted label and the class probabilities
+(regression: gold and predicted value).
 
-The module gives ``finetuning`` the task-kind names (see ``token_tasks``).
+The head reads one vector per example (the family's pooled [CLS], or its
+pooled tokens) and gives ``model.num_labels`` logits, cross-entropy; one
+output is regression (STS-B), mean squared error, as in Hugging Face.
+Packed rows hold several examples each: the head reads each example's own
+vector and labels / weights are [B, S], 0 in empty slots. Rows with
+``example_weights`` 0 pad the last eval batch of a bucket; they carry no
+loss and no metric weight. Exported as the family's
+``...ForSequenceClassification``.
 """
 
 from __future__ import annotations
@@ -19,13 +26,17 @@ import json
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
+from bert_jax import tasks
+from bert_jax.data import features
 from bert_jax.data import task_sources
-from bert_jax.downstream import metrics as task_metrics
+from bert_jax.models import heads
+from bert_jax.objectives import safe_div
+from bert_jax.tasks import sentence_metrics
 
-KIND = "sentence"
-OBJECTIVE = "classify"
 PREDICTIONS_FILE = "predictions.jsonl"
 
 
@@ -110,7 +121,7 @@ class Input:
 
 
 def main_score(scores: dict) -> float:
-  return task_metrics.main_score(scores)
+  return sentence_metrics.main_score(scores)
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -140,8 +151,8 @@ class Scorer:
     rows = self.input.data[split]
     self.predicted[split] = (index, out)
     self.details[split] = dict(examples=int(len(index)))
-    return task_metrics.task_scores(self.spec, rows.labels[index],
-                                    task_metrics.predictions(out, self.spec))
+    return sentence_metrics.task_scores(self.spec, rows.labels[index],
+                                    sentence_metrics.predictions(out, self.spec))
 
   def records(self, split: str) -> list[dict]:
     """One dict per scored example, in source order."""
@@ -177,3 +188,91 @@ class Scorer:
           f.write(json.dumps(r, ensure_ascii=False) + "\n")
       paths.append(path)
     return paths
+
+
+# ==============================================================================
+# The head's loss and metrics.
+# ==============================================================================
+def is_regression(config) -> bool:
+  return config.model.num_labels == 1
+
+
+def feature_spec(config):
+  return features.classification_spec(is_regression(config),
+                                      bool(config.data.get("packing", False)))
+
+
+def logits(model, batch, rng, deterministic: bool):
+  """[B, num_labels], or [B, S, num_labels] for packed rows."""
+  rngs = None if deterministic else nnx.Rngs(dropout=rng)
+  return model(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
+               deterministic=deterministic, rngs=rngs,
+               **features.packed_inputs(batch))
+
+
+def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
+  out = logits(model, batch, rng, deterministic)
+  w = batch["example_weights"]
+  if is_regression(config):
+    err = out[..., 0] - batch["labels"].astype(jnp.float32)
+    return dict(loss=jnp.sum(w * err * err), examples=jnp.sum(w),
+                correct=jnp.zeros((), jnp.float32))
+  labels = batch["labels"]
+  nll = -jnp.take_along_axis(jax.nn.log_softmax(out), labels[..., None],
+                             axis=-1)[..., 0]
+  return dict(loss=jnp.sum(w * nll), examples=jnp.sum(w),
+              correct=jnp.sum(w * (jnp.argmax(out, -1) == labels)))
+
+
+def predict(model, batch, config) -> dict:
+  """Per-example logits [B, num_labels] (regression: [B, 1]; packed rows
+  [B, S, ...], one per slot), no dropout."""
+  del config
+  return dict(logits=logits(model, batch, None, True))
+
+
+def counts(batch, config) -> dict:
+  del config
+  return dict(examples=jnp.sum(batch["example_weights"]))
+
+
+def loss(sums, counts_, config):
+  del config
+  return safe_div(sums["loss"], counts_["examples"])
+
+
+def metrics(sums, counts_, config) -> dict:
+  out = dict(loss=loss(sums, counts_, config))
+  if not is_regression(config):
+    out["accuracy"] = safe_div(sums["correct"], counts_["examples"])
+  return out
+
+
+def validate(config) -> None:
+  """A sentence task's checks: the run's and the head's."""
+  tasks.check_task_run(config)
+  tasks.check_num_labels(config, "1: regression")
+
+
+def classification_fields(model_config, label_names=()) -> dict:
+  """config.json entries of HF sequence classification: num_labels,
+  id2label / label2id (the run's names, else LABEL_i) and problem_type
+  (regression for one output, as HF infers it)."""
+  n = int(model_config.num_labels)
+  names = list(label_names) if len(label_names) == n else [
+      f"LABEL_{i}" for i in range(n)]
+  return dict(num_labels=n, id2label={str(i): x for i, x in enumerate(names)},
+              label2id={x: i for i, x in enumerate(names)},
+              problem_type="regression" if n == 1 else
+              "single_label_classification")
+
+
+KIND = tasks.Kind(
+    name="sentence", objective="classify", role=heads.POOLED,
+    output_name="classifier", outputs=lambda mc: int(mc.num_labels),
+    hf_suffix="ForSequenceClassification", outputs_are_labels=True,
+    config_fields=classification_fields, feature_spec=feature_spec,
+    loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
+    predict=predict, log_keys=(("loss", "loss"),), validate=validate,
+    packing=True, read=read, save=save, make_input=Input, make_scorer=Scorer,
+    main_score=main_score)

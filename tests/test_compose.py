@@ -1,0 +1,199 @@
+"""Every encoder family with every task kind's head, derived, not listed.
+
+For each family x kind pair the composed objective trains a step, its run
+exports as the family's Hugging Face class of that kind
+(``{Prefix}ForSequenceClassification``, ...), which transformers loads
+with no missing or unexpected keys and the logits we compute, and the
+export imports back as the same run with the same params and logits. The
+registries are complete whatever was imported first.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from bert_jax import compose
+from bert_jax import config_lib
+from bert_jax import families
+from bert_jax import pretrained
+from bert_jax import tasks
+from bert_jax.hf import checkpoint_io
+from bert_jax.hf import mapping
+from bert_jax.training import sharding
+from bert_jax.training import steps as steps_lib
+from tests import helpers
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+BATCH, SEQ, VOCAB, LABELS = 4, 16, 64, 3
+FAMILIES = ("bert", "albert", "electra", "distilbert", "modernbert")
+KINDS = ("sentence", "token", "span")
+# A family's own model fields (factorized embeddings, no segment table, a
+# sliding window shorter than the rows).
+FAMILY_MODEL = {
+    "bert": {}, "albert": dict(embedding_size=16, hidden_act="gelu_new"),
+    "electra": dict(embedding_size=16), "distilbert": dict(type_vocab_size=0),
+    "modernbert": dict(type_vocab_size=0, local_attention=8,
+                       global_attn_every_n_layers=2, layer_norm_eps=1e-5,
+                       classifier_dropout_prob=0.0)}
+
+
+def _config(family: str, kind: str):
+  config = config_lib.get_config("tiny")
+  config.objective.update(name=tasks.get(kind).objective, encoder=family)
+  config.model.update(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
+                      num_attention_heads=2, intermediate_size=64,
+                      max_position_embeddings=SEQ, num_labels=LABELS,
+                      hidden_dropout_prob=0.0,
+                      attention_probs_dropout_prob=0.0,
+                      **FAMILY_MODEL[family])
+  if families.get(family).head_layout.pooler_act is not None:
+    config.model.pooler_act = families.get(family).head_layout.pooler_act
+  config.data.seq_length = SEQ
+  config.train.update(batch_size=BATCH, learning_rate=1e-2, warmup_steps=0,
+                      num_steps=2)
+  return config
+
+
+def _batch(kind: str, seed: int = 0) -> dict:
+  """A batch of the kind's features: padded rows of random tokens."""
+  r = np.random.RandomState(seed)
+  lengths = np.asarray([SEQ, 11, 7, 3])
+  mask = (np.arange(SEQ)[None] < lengths[:, None]).astype(np.int32)
+  batch = dict(input_ids=(r.randint(5, VOCAB, (BATCH, SEQ)) * mask).astype(
+      np.int32), input_mask=mask, segment_ids=np.zeros((BATCH, SEQ), np.int32))
+  if kind == "sentence":
+    batch.update(labels=r.randint(0, LABELS, BATCH).astype(np.int32),
+                 example_weights=np.ones(BATCH, np.float32))
+  elif kind == "token":
+    batch.update(labels=r.randint(0, LABELS, (BATCH, SEQ)).astype(np.int32),
+                 label_weights=mask.astype(np.float32))
+  else:
+    start = (r.rand(BATCH) * lengths).astype(np.int32)
+    batch.update(start_positions=start,
+                 end_positions=np.minimum(start + 1, lengths - 1).astype(
+                     np.int32),
+                 example_weights=np.ones(BATCH, np.float32))
+  return batch
+
+
+def _logits(table, params, model_config, batch) -> np.ndarray:
+  model = mapping.make_model(params, model_config, table)
+  return np.asarray(model(batch["input_ids"], batch["input_mask"],
+                          batch["segment_ids"]))
+
+
+def _hf_class(kind: str):
+  return {"sentence": transformers.AutoModelForSequenceClassification,
+          "token": transformers.AutoModelForTokenClassification,
+          "span": transformers.AutoModelForQuestionAnswering}[kind]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_carries_every_kind(tmp_path, family, kind):
+  config = _config(family, kind)
+  objective = compose.objective(config)
+  assert objective.name == tasks.get(kind).objective
+  programs = steps_lib.Programs(config, sharding.make_mesh(config.mesh),
+                                objective)
+  batch = _batch(kind)
+  with programs.context():
+    state = programs.init()
+    before = jax.device_get(state["params"])
+    state, metrics = programs.train_step(
+        state, sharding.global_batch(batch, programs.batch_sharding))
+  params = jax.device_get(state["params"])
+  assert np.isfinite(float(metrics["loss"])), metrics
+  moved = [k for k, v in mapping.flatten_params(params).items()
+           if not np.array_equal(v, mapping.flatten_params(before)[k])]
+  assert any(k.startswith(tasks.get(kind).output_name) for k in moved)
+  assert any(k.startswith(families.get(family).encoder_attr) for k in moved)
+
+  table = compose.task_table(family, kind)
+  cls = families.get(family).class_prefix + tasks.get(kind).hf_suffix
+  assert table.export_architecture == cls
+  ours = _logits(table, params, config.model, batch)
+  out = str(tmp_path / "hf")
+  checkpoint_io.save_hf_model(out, params, config.model, table=table,
+                              label_names=("a", "b", "c"))
+  with open(os.path.join(out, "config.json")) as f:
+    assert json.load(f)["architectures"] == [cls]
+
+  # transformers' own class: every key ours, our logits.
+  model, info = _hf_class(kind).from_pretrained(
+      out, output_loading_info=True, dtype=torch.float32)
+  assert type(model).__name__ == cls
+  assert not any(info[k] for k in ("missing_keys", "unexpected_keys",
+                                   "mismatched_keys")), info
+  model.eval()
+  with torch.no_grad():
+    got = model(input_ids=torch.from_numpy(batch["input_ids"]).long(),
+                attention_mask=torch.from_numpy(batch["input_mask"]).long())
+  if kind == "span":
+    theirs = np.stack([got.start_logits.numpy(), got.end_logits.numpy()], -1)
+  else:
+    theirs = got.logits.numpy()
+  real = batch["input_mask"].astype(bool)
+  mine = ours if kind == "sentence" else ours[real]
+  theirs = theirs if kind == "sentence" else theirs[real]
+  np.testing.assert_allclose(mine, theirs, atol=1e-4, rtol=1e-4)
+
+  # Back: the same run (kind on this family), params and logits.
+  source = pretrained.resolve(out)
+  assert source.table is table
+  assert (source.config.objective.name, source.config.objective.encoder) == (
+      objective.name, family)
+  back, report = pretrained.load_params(source)
+  assert not report.fresh and not report.skipped, report.summary()
+  helpers_equal = mapping.flatten_params(back)
+  for k, v in mapping.flatten_params(params).items():
+    np.testing.assert_array_equal(helpers_equal[k], v, err_msg=k)
+  np.testing.assert_array_equal(
+      _logits(table, back, source.config.model, batch), ours)
+
+
+def test_a_family_declares_its_head_layout_once():
+  """ModernBERT's task classes put its prediction head before every output
+  and name every output `classifier`; BERT's pool [CLS] for sentences and
+  name the QA output `qa_outputs`: read from the derived tables."""
+  hf_heads = lambda family, kind: sorted({
+      r.hf.rsplit(".", 1)[0] for r in compose.task_table(family, kind).rows
+      if not r.hf.startswith(families.get(family).encoder_table.base_prefix)})
+  assert hf_heads("modernbert", "sentence") == hf_heads(
+      "modernbert", "span") == ["classifier", "head.dense", "head.norm"]
+  assert hf_heads("bert", "sentence") == ["classifier"]
+  assert hf_heads("bert", "span") == ["qa_outputs"]
+  assert hf_heads("electra", "sentence") == ["classifier.dense",
+                                             "classifier.out_proj"]
+
+
+_REGISTRY_CHILD = """
+import sys
+for module in sys.argv[1:]:
+  __import__(module)
+from bert_jax import compose, families, tasks
+print(sorted(families.names()), sorted(tasks.names()),
+      sorted(compose.objective_names()))
+"""
+
+
+def test_registries_do_not_depend_on_what_was_imported_first():
+  outputs = set()
+  for first in ([], ["bert_jax.tasks.span"], ["bert_jax.families.modernbert"],
+                ["bert_jax.compose"], ["bert_jax.pretrained"]):
+    res = subprocess.run([sys.executable, "-c", _REGISTRY_CHILD, *first],
+                         cwd=helpers.REPO, env=helpers.child_env(),
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    outputs.add(res.stdout.strip().splitlines()[-1])
+  assert len(outputs) == 1, outputs
+  (line,) = outputs
+  assert all(f"'{f}'" in line for f in FAMILIES + KINDS), line
