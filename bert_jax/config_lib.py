@@ -109,7 +109,7 @@ def data_config() -> ml_collections.ConfigDict:
       # Empty (and train_files empty): the demo corpus (CPython's bundled
       # documentation topics), written into the workdir.
       sources="",
-      # Shorthand kept for simple configs: a text-file glob (or several,
+      # Shorthand for simple configs: a text-file glob (or several,
       # comma-separated). Used only when `sources` is empty.
       train_files="",
       # Held-out sources (same syntax). Empty: hold out `eval_fraction` of the
