@@ -109,7 +109,7 @@ def data_config() -> ml_collections.ConfigDict:
       # Empty (and train_files empty): the demo corpus (CPython's bundled
       # documentation topics), written into the workdir.
       sources="",
-      # Shorthand kept for simple configs: a text-file glob (or several,
+      # Shorthand for simple configs: a text-file glob (or several,
       # comma-separated). Used only when `sources` is empty.
       train_files="",
       # Held-out sources (same syntax). Empty: hold out `eval_fraction` of the
@@ -333,8 +333,8 @@ def get_config(size: str = "base") -> ml_collections.ConfigDict:
 
 def complete(partial, size: str = "base") -> ml_collections.ConfigDict:
   """A full config: the defaults overlaid with `partial` (a dict or
-  ConfigDict, e.g. an older checkpoint's stored config). Groups or fields
-  missing from `partial` take today's defaults; groups the defaults lack
+  ConfigDict, e.g. a checkpoint's stored config). Groups or fields missing
+  from `partial` take the defaults; groups the defaults lack
   (a fine-tuning run's ``task``) are kept as stored."""
   config = get_config(size)
   as_dict = lambda x: x.to_dict() if hasattr(x, "to_dict") else x
@@ -349,7 +349,7 @@ def complete(partial, size: str = "base") -> ml_collections.ConfigDict:
   objective = as_dict(partial.get("objective")) or {}
   if (objective.get("name") == "electra" and "temperature" in objective
       and "generator_temperature" not in objective):
-    # An ELECTRA run config without generator_temperature stores the
+    # An ELECTRA config without generator_temperature holds the
     # generator's sampling temperature as objective.temperature.
     config.objective.generator_temperature = objective["temperature"]
     config.objective.temperature = objective_config().temperature

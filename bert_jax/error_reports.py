@@ -6,10 +6,10 @@ bert_jax: the rest of that save's writes fail one by one, and each reports
 through whichever channel its code uses -- a log record with a traceback,
 `threading.excepthook` for a thread that dies, `sys.unraisablehook` when an
 unfinished coroutine or future is collected, a plain write to file
-descriptor 2 from C++ -- at a time set by the machine's load. Filtering
-each message by its text was a race with every message not yet seen (issue
-25: an Orbax `ValueError: OUT_OF_RANGE ...` printed after our line, one run
-in a few). So, without --verbose:
+descriptor 2 from C++ -- at a time set by the machine's load. A filter on
+each message's text races with every message not yet seen (an Orbax
+`ValueError: OUT_OF_RANGE ...` printed after our line, in one run of a
+few). So, without --verbose:
 
 - while the run goes on, the tracebacks of those channels are appended to
   one details file (`bert_jax_error_*.txt` in the temp directory, created

@@ -71,9 +71,10 @@ class Source:
   step: int | None = None  # checkpoint step (workdir / step kinds)
   step_dir: str = ""  # checkpoints/<step> (workdir / step kinds)
   workdir: str = ""  # the run's workdir (workdir / step kinds)
-  # The run config of the params, completed (``config_lib.complete``: today's
-  # defaults for what older runs lack; an older ELECTRA run's
-  # objective.temperature read as generator_temperature). A run's stored
+  # The run config of the params, completed (``config_lib.complete``: the
+  # defaults for what a stored config lacks; an ELECTRA config's
+  # objective.temperature without generator_temperature read as
+  # generator_temperature). A run's stored
   # config; for the other kinds the one their files imply (model from
   # config.json, objective from the family table). None only when the path
   # stores no model config (a weights file without config.json).

@@ -12,10 +12,11 @@ training continues on CPython's documentation text (`pydoc_data.topics`, as
 configs/demo.py) tokenized with MiniLM's own vocabulary. The package has a
 pooler, so NSP stays on: the pooler is loaded and trained with a fresh
 sentence-pair head, and is what fine-tuning's classifier reads later.
-Measured on 2 shared CPU cores (AMD EPYC, load average ~15, float32): 150
-steps in 53 min; held-out MLM accuracy 0.130 / 0.242 / 0.273 at steps 50 /
-100 / 150 against the unigram baseline 0.068 printed at the end (from
-random initialization configs/demo.py reaches 0.096 after 500 steps).
+Measured on 2 shared CPU cores (AMD EPYC, load average ~15, float32; commit
+0eb669c, 2026-11-30; docs/downstream.md): 150 steps in 53 min; held-out MLM
+accuracy 0.130 / 0.242 / 0.273 at steps 50 / 100 / 150 against the unigram
+baseline 0.068 printed at the end (from random initialization
+configs/demo.py reaches 0.096 after 500 steps).
 """
 
 import importlib

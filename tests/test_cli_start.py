@@ -3,8 +3,8 @@
 One pretraining run as a user starts it (no JAX_PLATFORMS, no
 TF_CPP_MIN_LOG_LEVEL in the environment, a ``file://`` workdir), then the
 export of its checkpoint: the run works and neither prints library chatter
-(issue 24: TensorFlow's "failed call to cuInit" on every CPU start, 11 Orbax
-INFO lines per export); ``--verbose`` still shows everything.
+(TensorFlow's "failed call to cuInit" on a CPU start, Orbax's INFO lines
+in an export); ``--verbose`` still shows everything.
 """
 
 import logging

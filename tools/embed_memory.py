@@ -8,7 +8,7 @@ CPython's bundled documentation, cycled) and runs the embed command line on
 them with and without ``--per_token``, each in a fresh process that reports
 its own peak RSS (VmHWM). With --repos, every checkout in turn (one
 after the other per case, so machine noise hits all alike), e.g. this one
-against the commit before ``embed`` streamed its output. Prints one row per
+against another commit's. Prints one row per
 (checkout, case): lines, token vectors, output bytes, peak RSS, wall time,
 with the machine (CPU model, cores, load) and the commit of each checkout.
 """

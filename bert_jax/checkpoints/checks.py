@@ -259,8 +259,8 @@ def state_digest(tree, on_device: bool | None = None) -> dict[str, list]:
 def digest_mismatches(tree, recorded: dict | None) -> list[str]:
   """Paths of `tree`'s leaves whose sums differ from `recorded` (a save's
   ``checksums`` meta entry). Leaves it does not list, or restored as
-  another dtype than saved, are not checked; nor is a step saved before
-  checksums were written."""
+  another dtype than saved, are not checked; nor is a step whose meta has
+  no checksums of this algorithm."""
   if not recorded or recorded.get("algorithm") != DIGEST_ALGORITHM:
     return []
   want = recorded.get("leaves", {})

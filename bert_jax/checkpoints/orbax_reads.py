@@ -4,17 +4,17 @@ Orbax runs each read in a fresh event loop (``run_until_complete``, then
 ``close``). When one array read fails, the outer ``gather`` raises at once and
 Orbax closes the loop with the other reads' tasks still pending and the
 callbacks that would retrieve their results still queued. Left so, the
-garbage collector finalized them whenever it next ran (during training, or at
-exit), and each printed a traceback: a pending
+garbage collector finalizes them whenever it next runs (during training, or
+at exit), and each prints a traceback: a pending
 ``_read_array_index_and_device_put`` coroutine raises when closed ('Exception
 ignored in: <coroutine ...>', sys.unraisablehook); a task or ``gather`` whose
 read failed after the first one logs 'Task exception was never retrieved' or
 '_GatheringFuture exception was never retrieved' (the ``asyncio`` logger, with
-the read's traceback and TensorStore spec). What was left depended on how far
-the other reads had got when the first failed, i.e. on CPU load: that is why
-``test_resume_is_quiet_and_a_truncated_checkpoint_is_one_warning`` failed in
-CI now and then. Finished inside the restore call, nothing outlives it: its
-one error is the restore's.
+the read's traceback and TensorStore spec). What is left depends on how far
+the other reads have got when the first fails, i.e. on CPU load, so a
+damaged checkpoint's warning comes with tracebacks in some runs and not in
+others. Finished inside the restore call, nothing outlives it: its one error
+is the restore's.
 """
 
 from __future__ import annotations

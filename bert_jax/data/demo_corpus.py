@@ -77,7 +77,7 @@ def write_demo_corpus(directory: str) -> tuple[str, str]:
   def _write(path, docs_):
     # One temporary name per writer: every process of a multi-host run
     # writes the same files into a shared workdir, and with one shared name
-    # a writer's rename took the other's file away (NotFoundError).
+    # a writer's rename would take the other's file away (NotFoundError).
     tmp = f"{path}.tmp-{uuid.uuid4().hex}"
     with tf.io.gfile.GFile(tmp, "w") as f:
       f.write("\n\n".join("\n".join(s) for _, s in docs_) + "\n")

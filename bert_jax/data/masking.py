@@ -7,7 +7,7 @@ tokens, where ``n_selectable`` counts the row's tokens that are not special
 ``max_predictions_per_seq``. Rows with no selectable token get none.
 
 Whole-word option: a word is a word-start piece plus the continuation pieces
-after it ("##x" in WordPiece, pieces without the leading "\u2581" in
+after it ("##x" in WordPiece, pieces that do not start with "\u2581" in
 SentencePiece). Words are visited in random order and taken while the running
 token count stays <= n (so a row may get slightly fewer than n tokens when a
 word does not fit); all pieces of a word share the selection and the same

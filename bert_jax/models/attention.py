@@ -24,7 +24,7 @@ it to every layer::
   each key, 0 = padding. ``q_ids`` [B, T]: that of each query, or None for
   padded rows, where every query, padded ones too, attends every real key
   (BERT's key-padding mask, as Hugging Face computes it: exported models and
-  unpacked training keep today's numerics at every position).
+  unpacked training compute Hugging Face's numbers at every position).
 * :func:`allowed` ``(mask, window=None)`` -> bool [B, 1, Tq or 1, Tk]:
   query i may attend key j iff ``q_ids[i] == kv_ids[j]`` (packed rows:
   padding attends padding, so no query is ever left without a key) or

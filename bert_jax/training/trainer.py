@@ -59,7 +59,7 @@ class Throughput:
 
   MFU counts the real work (``models/flops.py``): real tokens, each
   sequence's own attention, the real MLM positions; ``tokens_per_sec``
-  counts the row slots (every position of the batch), as before packing.
+  counts the row slots (every position of the batch, padding included).
   """
 
   def __init__(self, peak: float):

@@ -398,14 +398,13 @@ async def _restore_arrays(turns: int):
 @pytest.mark.parametrize("turns", range(4))
 def test_failed_orbax_read_leaves_nothing_to_print(turns, monkeypatch,
                                                    caplog):
-  """Orbax's run_sync closes its loop as soon as the first read fails. The
-  reads still running or failing just then used to be finalized later by the
-  garbage collector, each printing a traceback: 'Exception ignored in:
+  """Orbax's run_sync closes its loop as soon as the first read fails. Left
+  so, the reads still running or failing just then are finalized later by
+  the garbage collector, each printing a traceback: 'Exception ignored in:
   <coroutine ...>', or 'Task / _GatheringFuture / Future exception was never
-  retrieved' (the last two recognized by no filter: CI's
-  test_resume_is_quiet_and_a_truncated_checkpoint_is_one_warning). Which,
-  if any, depended on how far the other reads had got (CPU load); here
-  `turns` sets it."""
+  retrieved'. Which, if any, depends on how far the other reads had got
+  (CPU load); here `turns` sets it. Under `orbax_reads` every task finishes
+  inside the call and nothing is printed."""
   from orbax.checkpoint._src import asyncio_utils
   printed = []  # What would reach the interpreter's hook (which prints).
   monkeypatch.setattr(sys, "unraisablehook", printed.append)
@@ -421,7 +420,7 @@ def test_failed_orbax_read_leaves_nothing_to_print(turns, monkeypatch,
 
   # Orbax alone: this test's scenario is the one that printed.
   assert leftovers(lambda: asyncio_utils.run_sync(_restore_arrays(turns))), (
-      "Orbax's run_sync no longer leaves tasks behind; "
+      "Orbax's run_sync leaves no task behind here; "
       "checkpoints/orbax_reads.py may be unnecessary.")
   # As checkpointing runs Orbax's reads: every task finished in the call.
   def ours():
@@ -442,9 +441,8 @@ def _biggest_state_file(step_dir):
 def test_overwritten_bytes_are_found_at_restore_and_set_aside(
     saved_run, tmp_path, programs, where, caplog):
   """16 bytes of a state file overwritten (a bad disk, a stray write): the
-  arrays still decode, to other numbers (issue 24: restored unnoticed, NaN
-  two steps later, then "the last good checkpoint" named the damaged step).
-  The checksums written at save find it: step 4 is set aside like a
+  arrays still decode, to other numbers, so only the checksums written at
+  save can find it; they do: step 4 is set aside like a
   truncated one and step 2 restored; export refuses the step when the
   damage is in the params it reads."""
   config, p = programs
@@ -482,9 +480,9 @@ def test_overwritten_bytes_are_found_at_restore_and_set_aside(
 
 def test_truncated_meta_is_set_aside_and_export_says_so(saved_run, tmp_path,
                                                          programs, caplog):
-  """A truncated meta (config, metrics, checksums): the trainer resumed from
-  that step silently while the exporters said "stores no model config"
-  (issue 24). Both now call it damage; restore sets it aside."""
+  """A truncated meta (config, metrics, checksums) is damage: restore sets
+  the step aside with a warning and the exporters refuse it as damaged (not
+  as a step that "stores no model config")."""
   config, p = programs
   workdir, saved = _copy_run(saved_run, tmp_path)
   meta = workdir / "checkpoints" / "4" / "meta" / "metadata"

@@ -120,8 +120,8 @@ def test_workdir_that_is_a_file_is_one_sentence(tmp_path):
 def test_take_over_never_writes_while_the_holder_keeps_its_lock(tmp_path):
   """--take_over_workdir on a local (NFS) workdir whose holder on another
   host still holds the flock: that run is alive, so the workdir is refused
-  with one line naming it and the lock file keeps the holder's identity
-  (issue 24: it warned and wrote anyway, two writers on one workdir)."""
+  with one line naming it and the lock file keeps the holder's identity:
+  never two writers on one workdir."""
   from tests.helpers import failure_lines
   from tests.helpers import run_main
   from tests.helpers import written_files

@@ -542,8 +542,8 @@ def test_data_counters_are_real_from_the_first_batch(uniq, tmp_path, caplog):
   it = ip.create_train_iterator(c, tok, str(tmp_path))
   with caplog.at_level("INFO"):
     next(it)
-  # Every example carries its share of its block's counts (they used to ride
-  # on the block's first example only, so the first batch read all zeros).
+  # Every example carries its share of its block's counts, so the first
+  # batch already counts lines (not only a block's first example).
   assert it.stats["examples"] == 16 and it.stats["lines"] > 0, it.stats
   assert 0 < it.stats["invalid_utf8_lines"] < it.stats["lines"], it.stats
   warnings = [r.getMessage() for r in caplog.records

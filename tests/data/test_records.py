@@ -1,4 +1,4 @@
-"""JSONL and Parquet corpora as pretraining sources (issue 24).
+"""JSONL and Parquet corpora as pretraining sources.
 
 Corpora generated here: synthetic documents whose sentences end with a
 period and start with a capital, written as a text file (one sentence per

@@ -60,11 +60,11 @@ def test_demo_corpus_when_no_train_sources(tmp_path):
 
 def test_hosts_writing_the_demo_corpus_at_once_do_not_collide(tmp_path):
   """Every process of a multi-host run writes the demo corpus into the shared
-  workdir. With one temporary name per file, one writer's rename took the
-  other's file away (CI: process 0 of test_main_cli_trains_with_two_processes
-  died with 'NotFoundError: .../train-00000.txt.tmp', process 1 waited for
-  its tokenizer). Eight writers at once, five times: no error, and the files
-  one writer alone would write."""
+  workdir. With one temporary name per file shared by the writers, one
+  writer's rename would take the other's file away (process 0 of a two-host
+  run dies with 'NotFoundError: .../train-00000.txt.tmp' while process 1
+  waits for its tokenizer). Eight writers at once, five times: no error, and
+  the files one writer alone would write."""
   import threading
 
   from bert_jax.data import demo_corpus

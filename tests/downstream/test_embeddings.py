@@ -195,11 +195,10 @@ for i, path in enumerate(inputs):
 
 
 def test_cli_per_token_memory_does_not_grow_with_the_input(tiny, tmp_path):
-  """embed --per_token held every vector (and their concatenation) in
-  memory: 8.6 GB peak for a 1 GB output (issue 24). Streamed, embedding 4x
-  the lines (+27 MB of output) raises the peak by allocator noise only
-  (~10-20 MB here; the in-memory version: +110 MB); the files equal the
-  in-memory result."""
+  """embed --per_token streams its output: embedding 4x the lines (+27 MB
+  of output) raises the peak by allocator noise only (~10-20 MB here;
+  holding every vector and their concatenation in memory adds ~110 MB, and
+  8.6 GB peak for a 1 GB output); the files equal the in-memory result."""
   words = "the movie was fun and the river bank is a long story".split()
   r = np.random.RandomState(0)
   inputs = []

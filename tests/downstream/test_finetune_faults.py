@@ -1,8 +1,8 @@
-"""Fine-tuning runs that look finished but are not, and bad task setups
-(issue 24): a SIGTERM leaves no final results and exits as a preempted
-pretraining run does; results' train_loss is a window's mean; a workdir
-remembers its task; an empty validation split, phases and a wrong label
-setup are one error before anything is written.
+"""Fine-tuning runs that look finished but are not, and bad task setups: a
+SIGTERM leaves no final results and exits as a preempted pretraining run
+does; results' train_loss is a window's mean; a workdir remembers its task;
+an empty validation split, phases and a wrong label setup are one error
+before anything is written.
 
 One fine-tuning workdir (a tiny random BertModel directory: no MLM head, the
 keyword task) is stopped by SIGTERM in a child, finished in-process, then
@@ -110,7 +110,7 @@ def finished(task, preempted):
   # The preempted step depends on when the signal landed. End so that the
   # last log window (log_every=4: steps 4k+1 .. end) holds >= 2 steps: a
   # window of one step is its last batch's loss, and the test below could
-  # not tell the two apart (CI: preempted at 7, end 13, window [13, 13]).
+  # not tell the two apart (e.g. preempted at 7, end 13: window [13, 13]).
   end = start + 6 + ((start + 6) % 4 == 1)
   config = _config(task, num_steps=end)
   results = finetuning.run(config, preempted["workdir"])

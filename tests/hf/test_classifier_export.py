@@ -1,5 +1,5 @@
 """Fine-tuned ELECTRA, ALBERT and DistilBERT classifiers export to their
-family's Hugging Face sequence-classification class (issue 24).
+family's Hugging Face sequence-classification class.
 
 Fine-tuning takes its model config from the source (``resolve_config``):
 an ELECTRA encoder gets ElectraClassificationHead's dense + gelu on [CLS],

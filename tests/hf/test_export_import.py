@@ -1,4 +1,4 @@
-"""Hugging Face export/import (issue 6): exact logits, keys, tokenizers, import.
+"""Hugging Face export/import: exact logits, keys, tokenizers, import.
 
 The end-to-end tests train a tiny model for 3 steps with bert_jax.main in a
 subprocess, export it with tools/convert_to_hf.py, and check it in PyTorch.

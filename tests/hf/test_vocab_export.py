@@ -1,9 +1,9 @@
-"""Exports leave out the vocabulary rows past the tokenizer (issue 24).
+"""Exports leave out the vocabulary rows past the tokenizer.
 
 A run's table may be padded past its tokenizer (the default 30,522 rows with
 a ~4,000-piece SentencePiece model). Those rows are no token: bert_jax's
-fill_mask never predicted them, but Hugging Face's fill-mask pipeline did,
-as empty strings. Each family's run here has a 128-row table, an 89-token
+fill_mask never predicts them; Hugging Face's fill-mask pipeline would, as
+empty strings, if the export kept them. Each family's run here has a 128-row table, an 89-token
 WordPiece tokenizer and padded rows whose MLM bias would win every
 prediction; its export must say vocab_size 89 and answer as fill_mask does
 (tokens and scores within 1e-4), on the workdir and on the export alike.

@@ -102,8 +102,8 @@ def test_modernbert_per_token_heads_count_matches_xla_cost_analysis(
   XLA counts at least that and at most 8% more (1.051 here; the MLM step
   of this config 1.048); leaving out the head's dense on every token would
   be 1.09. The sequence classifier: the encoder alone (its head runs on
-  one pooled vector per row); BERT's count for it, the default before,
-  missed GeGLU's third matrix and the window."""
+  one pooled vector per row); BERT's count for it would miss GeGLU's third
+  matrix and the window."""
   config = _xla_config("modernbert")
   config.objective.name = objective
   config.model.num_labels = 5

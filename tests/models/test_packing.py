@@ -133,7 +133,7 @@ def test_mask_is_block_diagonal(layouts):
     n = len(ex["input_ids"])
     want[row, start:start + n, start:start + n] = True
   np.testing.assert_array_equal(got, want)  # Padding attends padding only.
-  # Padded rows: every query sees the real keys (BERT's, as before).
+  # Padded rows: every query sees the real keys (BERT's key-padding mask).
   pad = attention_lib.allowed(attention_lib.make_mask(packed["input_mask"]))
   np.testing.assert_array_equal(
       np.asarray(pad)[:, 0, 0], packed["input_mask"] > 0)

@@ -409,8 +409,8 @@ def test_objective_name_alone_selects_electra_with_defaults():
 def test_objective_name_on_base_samples_the_generator_at_temperature_one():
   """--config.objective.name=electra on configs/base.py: the generator is
   sampled at objective.generator_temperature (1.0 unless set), never at
-  DistilBERT's objective.temperature (2.0 by default), which used to leak
-  in. The samples show in loss_sums through the discriminator's loss."""
+  DistilBERT's objective.temperature (2.0 by default, in every config). The
+  samples show in loss_sums through the discriminator's loss."""
   def sums(**objective):
     c = config_file("base")
     c.objective.name = "electra"

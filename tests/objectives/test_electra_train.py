@@ -211,9 +211,8 @@ def trained_run(tmp_path_factory):
 
 def test_fill_mask_cli_on_the_workdir_in_a_fresh_process(trained_run):
   """The generator fills the mask; the family tables load on first use, not
-  because some module happened to be imported before (a fresh process
-  used to print "No Hugging Face table for model family
-  'electra_generator'")."""
+  because some module happened to be imported before (else a fresh process
+  prints "No Hugging Face table for model family 'electra_generator'")."""
   proc = subprocess.run(
       [sys.executable, "-m", "bert_jax.fill_mask", "--model",
        str(trained_run), "--top_k", "3", "--json",

@@ -101,8 +101,9 @@ def test_english_tasks_hold_out_the_dev_names(tmp_path):
 
 
 def test_documented_command_parses_without_a_workdir():
-  """docs/downstream.md's command (it used to stop with `flag
-  --workdir=None`: the tool writes no workdir). Flags defined as the script
+  """docs/downstream.md's command runs without a workdir (the tool writes
+  none; a required --workdir would stop it with `flag --workdir=None`).
+  Flags defined as the script
   defines them (define_flags) and parsed in a child, absl's required-flag
   checks included; nothing is benchmarked."""
   import subprocess

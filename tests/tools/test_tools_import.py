@@ -1,11 +1,12 @@
 """Every tool imports next to the command-line entry points.
 
-CI once failed on an xdist worker that had imported tools/bench_finetune.py
-(for its batching helper) before a test imported bert_jax.cli: both defined
-absl's --config at import time ("DuplicateFlagError: The flag 'config' is
-defined twice"). Whether it failed depended on which tests shared a worker.
-This test imports everything in one fresh process, so the clash shows every
-time; tools define their flags in define_flags(), called when run as scripts.
+A tool that defined absl's --config at import time would clash with
+bert_jax.cli's in any process that imports both, e.g. a pytest-xdist worker
+that imported tools/bench_finetune.py for its batching helper before a test
+imported bert_jax.cli ("DuplicateFlagError: The flag 'config' is defined
+twice"), depending on which tests share a worker. This test imports
+everything in one fresh process, so such a clash shows every time; tools
+define their flags in define_flags(), called when run as scripts.
 """
 
 import glob

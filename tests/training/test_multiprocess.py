@@ -222,7 +222,7 @@ def test_a_failed_tokenizer_on_process_0_stops_every_process(tmp_path):
                             env=helpers.child_env(1), cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True) for i in range(2)]
-  try:  # Not the old hour of polling: both stop with process 0's failure.
+  try:  # Both stop with process 0's failure, not at a polling timeout.
     logs = [p.communicate(timeout=300)[0] for p in procs]
   finally:
     for p in procs:

@@ -193,8 +193,8 @@ def test_logged_learning_rate_is_the_rate_the_update_applied():
                   {"num_steps": 10, "seq_length": 64,
                    "max_predictions_per_seq": 10, "batch_size": 6})),
      "Phase 1 of the run.*train.batch_size=6 is not divisible"),
-    # Numbers where the dicts go (issue 24: "TypeError: 'int' object is not
-    # iterable").
+    # Numbers where the dicts go: one line naming the field, not Python's
+    # "TypeError: 'int' object is not iterable".
     (dict(phases=(20, 10)),
      r"^train.phases=\(20, 10\) must be a tuple of dicts, one per phase, "
      r"e.g. --config.train.phases=\"\(\{'num_steps': 900, "),

@@ -1,11 +1,11 @@
 """Wrong input is refused before anything is written, naming the real cause.
 
-Issue 24's cases: a program file as the corpus passed for text and the run
-failed later ("The eval data ... produced no examples") with a trained
-tokenizer left behind; a 0-byte tokenizer "lacked special tokens"; ELECTRA's
-generator size, a missing DistilBERT teacher and NSP pairs for families with
-no pair head were refused (or not at all) after the demo corpus and
-tokenizer were written. Each case runs the pretraining job in process
+A program file given as a text corpus is named as binary before a tokenizer
+is trained on it (not a later "The eval data ... produced no examples"); a
+0-byte tokenizer file is named as empty (not as lacking special tokens);
+ELECTRA's generator size, a missing DistilBERT teacher and sentence pairs
+for families with no pair head are refused before the demo corpus or a
+tokenizer is written. Each case runs the pretraining job in process
 (`train_and_evaluate`, what `python -m bert_jax.main` calls) on a fresh
 workdir; one also through the command line (one line, exit 1).
 """

@@ -165,8 +165,8 @@ def test_failed_async_save_stops_at_next_step_with_one_line(tmp_path):
   # Same command, longer, on a "full disk": a save cannot write its arrays
   # (each ~1 MB), in Orbax's background thread. Which save first writes a
   # file past the limit is TensorStore's choice of data files (usually step
-  # 20; CI once saw step 20 fit and step 30 fail): the test reads it from
-  # the message and checks the behaviour around it.
+  # 20, sometimes 30): the test reads it from the message and checks the
+  # behaviour around it.
   proc = subprocess.run(_cmd(workdir, "--config.train.num_steps=60"), cwd=REPO,
                         env=child_env(), capture_output=True, text=True,
                         timeout=600, preexec_fn=_file_size_limit)
@@ -250,7 +250,7 @@ def test_bad_input_is_one_sentence_and_writes_nothing(tmp_path, case):
 
 def test_resume_is_quiet_and_a_truncated_checkpoint_is_one_warning(two_runs):
   r = two_runs
-  # Every resume used to warn that <step>/state/_CHECKPOINT_METADATA (a file
+  # A resume does not warn that <step>/state/_CHECKPOINT_METADATA (a file
   # Orbax never writes there) does not exist.
   assert "state/_CHECKPOINT_METADATA" not in r["d_log"] + r["e_stderr"]
   assert r["e_rc"] == 0, r["e_stderr"][-3000:]
@@ -364,7 +364,7 @@ def test_reports_after_the_error_line_go_to_the_details_file(tmp_path,
 
 
 # ------------------------------------------------------------------------------
-# Ctrl-C twice (and three times): one line, never a traceback (issue 24).
+# Ctrl-C twice (and three times): one line, never a traceback.
 # ------------------------------------------------------------------------------
 # `python -m bert_jax.main` whose checkpoint writes are slow (a big model, a
 # far bucket): the preemption save of the first Ctrl-C is still being
@@ -447,7 +447,8 @@ def test_asyncio_records_of_orbax_futures_are_dropped(monkeypatch,
   """asyncio logs 'exception was never retrieved' for a future GC'd with its
   error unread. A Task's repr names its coroutine's file; a gather's
   (_GatheringFuture) does not, only its error's traceback runs through
-  Orbax: that one got past the filter (CI, a truncated checkpoint)."""
+  Orbax (a truncated checkpoint's reads): the filter finds Orbax in that
+  traceback and drops the record; another future's error is one line."""
   import logging
 
   from orbax.checkpoint._src.serialization import serialization

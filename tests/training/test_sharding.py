@@ -283,7 +283,8 @@ def test_validate_config_rejects_batch_not_divisible_by_dp_times_accum():
 
 
 def test_tpu_compile_check_table_format():
-  """The tool's table (the TPU compile itself needs libtpu: not in CI)."""
+  """The tool's table (the TPU compile itself needs libtpu, an optional
+  install)."""
   tool = helpers.import_tool("tpu_compile_check")
   assert tool.mesh_overrides("fsdp") == dict(data=1, fsdp=-1, tensor=1)
   assert tool.mesh_overrides("tp4") == dict(data=-1, fsdp=1, tensor=4)

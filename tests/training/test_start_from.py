@@ -1,4 +1,4 @@
-"""A run that starts from pretrained params uses their tokenizer (issue 24).
+"""A run that starts from pretrained params uses their tokenizer.
 
 `train.init_from=W` (or a DistilBERT teacher W) brings embeddings whose row
 i is W's token i. A run that trained a new tokenizer on its corpus (another
@@ -161,8 +161,8 @@ def test_electra_workdir_as_teacher_says_what_it_is(tmp_path):
 
 
 def test_init_from_of_another_width_is_refused_at_startup(source, tmp_path):
-  """Named before anything is written (it used to surface after the data
-  and the compile)."""
+  """Refused at startup, naming the field, before the data pipeline is
+  built or a step compiled."""
   w, _ = source
   config = helpers.tiny_config(train=dict(init_from=w),
                                model=dict(hidden_size=128))
