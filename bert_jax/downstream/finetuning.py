@@ -234,9 +234,10 @@ def finetune_objective(source, kind=sentence_tasks):
     return objectives.get(kind.OBJECTIVE)
   if kind.KIND not in heads:
     raise ValueError(
-        f"task.kind={kind.KIND!r}: train.init_from={source.path} is a "
-        f"{source.objective} checkpoint, which has no {kind.KIND} head here "
-        f"(its task kinds: {', '.join(sorted(heads))}).")
+        f"train.init_from: {source.path} is a {source.objective} "
+        f"checkpoint, which has no {kind.KIND} head here (its task kinds: "
+        f"{', '.join(sorted(heads))}), so task.kind={kind.KIND!r} cannot "
+        "start from it.")
   return objectives.get(heads[kind.KIND])
 
 

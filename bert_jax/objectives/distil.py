@@ -78,7 +78,7 @@ def load_teacher(config) -> dict:
   (a ValueError names the differing field)."""
   source = pretrained.resolve(config.objective.teacher)
   if source.objective != "bert":
-    raise ValueError(f"objective.teacher={config.objective.teacher} holds a "
+    raise ValueError(f"objective.teacher: {config.objective.teacher} holds a "
                      f"{source.objective!r} run's params; the teacher must be "
                      "a BERT.")
   params, report = pretrained.load_params(source, config.model,
@@ -184,7 +184,7 @@ def validate(config) -> None:
                      "or to 'random' for a smoke run.")
   if (o.teacher != "random" and "://" not in o.teacher and
       not os.path.exists(o.teacher)):
-    raise ValueError(f"objective.teacher={o.teacher!r} does not exist: set "
+    raise ValueError(f"objective.teacher: {o.teacher!r} does not exist: set "
                      "it to the teacher BERT (a workdir, an imported or a "
                      "Hugging Face directory) or to 'random' for a smoke "
                      "run.")
@@ -213,7 +213,7 @@ def check_teacher(config) -> None:
     raise type(e)(f"objective.teacher: {e}") from None
   if source.objective != "bert":
     raise ValueError(
-        f"objective.teacher={teacher} holds the model of a "
+        f"objective.teacher: {teacher} holds the model of a "
         f"{source.objective!r} run ({source.kind}), not a BERT: the "
         "teacher must be a BERT (a BERT pretraining workdir, or a "
         "BertForPreTraining / BertForMaskedLM directory).")

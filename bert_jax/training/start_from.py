@@ -174,7 +174,7 @@ def resolve(config, workdir: str) -> ml_collections.ConfigDict:
       continue
     if chosen is not None and not _same(chosen, spec):
       raise ValueError(
-          f"{chosen_field}={found[chosen_field]} and {field}={path} were "
+          f"{chosen_field}: {found[chosen_field]} and {field}={path} were "
           f"trained with different tokenizers ({_describe(chosen)} vs "
           f"{_describe(spec)}): their token ids mean different tokens, so "
           "one run cannot start from both.")
@@ -182,7 +182,7 @@ def resolve(config, workdir: str) -> ml_collections.ConfigDict:
   if given is not None:
     if chosen is not None and not _same(given, chosen):
       raise ValueError(
-          f"data.tokenizer_path={data.tokenizer_path} is not the tokenizer "
+          f"data.tokenizer_path: {data.tokenizer_path} is not the tokenizer "
           f"{chosen_field}={found[chosen_field]} was trained with "
           f"({_describe(chosen)}): its embeddings would be read with other "
           "token ids. Leave data.tokenizer_path empty to use that one.")

@@ -268,3 +268,26 @@ def test_training_data_of_a_single_label_is_refused(task, tmp_path, fmt,
   # The validation file's warning names the labels training lacks.
   assert ("unknown_label=3 (labels the training data lacks: meh, neg)"
           in caplog.text)
+
+
+@pytest.mark.parametrize("case", ["missing", "gpt2", "not_a_checkpoint"])
+def test_a_refused_init_from_names_the_field_first(task, tmp_path, case):
+  """Every refusal of train.init_from starts with the field, as the docs
+  quote them, before anything is written."""
+  path = tmp_path / case
+  if case == "gpt2":
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(
+        {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}))
+    (path / "model.safetensors").write_bytes(b"")
+  elif case == "not_a_checkpoint":
+    path.mkdir()
+    (path / "notes.txt").write_text("x")
+  config = _config(task, num_steps=4)
+  config.train.init_from = str(path)
+  workdir = tmp_path / "run"
+  with pytest.raises((ValueError, FileNotFoundError)) as e:
+    finetuning.run(config, str(workdir))
+  assert str(e.value).startswith(f"train.init_from: {path} "), str(e.value)
+  assert len(str(e.value).splitlines()) == 1
+  assert not workdir.exists()

@@ -294,7 +294,7 @@ def test_a_family_without_a_kinds_head_is_refused_in_one_line(
   with pytest.raises(ValueError) as e:
     finetuning.run(config, str(tmp_path / "ft"))
   assert str(e.value) == (
-      f"task.kind='token': train.init_from={hf_dir['out']} is a modernbert "
-      "checkpoint, which has no token head here (its task kinds: "
-      "sentence).")
+      f"train.init_from: {hf_dir['out']} is a modernbert checkpoint, which "
+      "has no token head here (its task kinds: sentence), so "
+      "task.kind='token' cannot start from it.")
   assert helpers.written_files(tmp_path / "ft") == []

@@ -63,7 +63,7 @@ def _case(name, tmp_path):
     teacher = str(tmp_path / "no_such_teacher")
     return (helpers.tiny_config(objective=dict(distil, teacher=teacher),
                                 data=packed),
-            f"objective.teacher={teacher!r} does not exist")
+            f"objective.teacher: {teacher!r} does not exist")
   if name == "electra_nsp":
     return (helpers.tiny_config(objective=electra, data=dict(nsp=True)),
             "data.nsp=True: ELECTRA trains no sentence-pair head, so NSP "

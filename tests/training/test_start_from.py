@@ -74,7 +74,7 @@ def test_another_tokenizer_path_is_refused_before_writing(source, tmp_path):
   with pytest.raises(ValueError) as e:
     trainer_lib.train_and_evaluate(config, str(workdir))
   assert str(e.value) == (
-      f"data.tokenizer_path={other} is not the tokenizer "
+      f"data.tokenizer_path: {other} is not the tokenizer "
       f"train.init_from={w} was trained with ({w}/tokenizer/vocab.txt "
       "(wordpiece, uncased)): its embeddings would be read with other token "
       "ids. Leave data.tokenizer_path empty to use that one.")
@@ -108,7 +108,7 @@ def test_teacher_and_init_from_with_other_tokenizers(source, tmp_path):
   config.objective.update(name="distil", teacher=other, student_layers=1)
   config.data.update(objective="packed", nsp=False)
   with pytest.raises(ValueError, match=(
-      f"train.init_from={w} and objective.teacher={other} were trained with "
+      f"train.init_from: {w} and objective.teacher={other} were trained with "
       "different tokenizers")):
     start_from.resolve(config, str(tmp_path / "run"))
 
@@ -140,7 +140,7 @@ def test_teacher_of_another_width_names_the_teacher(source):
   with pytest.raises(ValueError) as e:
     config_checks.validate(_distil(w, hidden_size=128), 1)
   assert str(e.value) == (
-      f"objective.teacher={w} has model.hidden_size=64, but the config has "
+      f"objective.teacher: {w} has model.hidden_size=64, but the config has "
       "model.hidden_size=128 (the teacher's architecture, which the "
       "student's derives from); set --config.model.hidden_size=64.")
   config_checks.validate(_distil(w), 1)  # The teacher's width: fine.
@@ -154,7 +154,7 @@ def test_electra_workdir_as_teacher_says_what_it_is(tmp_path):
   with pytest.raises(ValueError) as e:
     config_checks.validate(_distil(w), 1)
   assert str(e.value) == (
-      f"objective.teacher={w} holds the model of a 'electra' run (workdir), "
+      f"objective.teacher: {w} holds the model of a 'electra' run (workdir), "
       "not a BERT: the teacher must be a BERT (a BERT pretraining workdir, "
       "or a BertForPreTraining / BertForMaskedLM directory).")
   assert config_lib.get_config("tiny").objective.teacher == ""
@@ -169,7 +169,7 @@ def test_init_from_of_another_width_is_refused_at_startup(source, tmp_path):
   with pytest.raises(ValueError) as e:
     start_from.resolve(config, str(tmp_path / "run"))
   assert str(e.value) == (
-      f"train.init_from={w} has model.hidden_size=64, but the config has "
+      f"train.init_from: {w} has model.hidden_size=64, but the config has "
       "model.hidden_size=128; set --config.model.hidden_size=64.")
 
 
