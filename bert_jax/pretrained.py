@@ -383,7 +383,30 @@ def tokenizer_spec(source: Source | str) -> tokenizer_files.TokenizerSpec:
                                                    "sentencepiece")):
     if os.path.isfile(os.path.join(directory, name)):
       return spec(kind, os.path.join(directory, name), lower)
-  raise FileNotFoundError(f"No vocab.txt or spiece.model in {directory}.")
+  tokenizer_json = os.path.join(directory, "tokenizer.json")
+  if not os.path.isfile(tokenizer_json):
+    raise FileNotFoundError(f"No vocab.txt or spiece.model in {directory}.")
+  kind = tokenizer_files.tokenizer_json_kind(tokenizer_json)
+  if kind == "WordPiece":
+    fix = ("bert_jax reads a WordPiece from its vocab.txt: write the "
+           f"vocabulary, one token a line in id order, to {directory}/"
+           "vocab.txt")
+  else:
+    fix = ("bert_jax runs a WordPiece vocab.txt or a SentencePiece .model, "
+           "and the directory has neither")
+  raise FileNotFoundError(
+      f"{directory} ships only a tokenizer.json (no vocab.txt or "
+      f"spiece.model), and its tokenizer.json is a {kind}, which bert_jax "
+      f"does not run yet; {fix}.")
+
+
+def shipped_tokenizer_json(source: Source | str) -> str | None:
+  """The tokenizer.json a source that is no workdir ships, or None."""
+  source = _as_source(source)
+  if source.kind in (WORKDIR, STEP):
+    return None
+  path = os.path.join(_tokenizer_dir(source), "tokenizer.json")
+  return path if os.path.isfile(path) else None
 
 
 def _tokenizer_dir(source: Source) -> str:

@@ -12,8 +12,9 @@ on v1.1 dev): seq 384, doc_stride 128, max_query_length 64, lr 3e-5,
 tokens, null threshold 0. Writes WORKDIR/predictions/validation/
 predictions.json and (v2) null_odds.json in the official formats:
   python evaluate-v2.0.py dev-v2.0.json predictions.json \
-      --na-prob-file null_odds.json
-prints best_f1_thresh; rerun with --config.task.null_score_diff_threshold.
+      --na-prob-file null_odds.json --na-prob-thresh 0
+(--na-prob-thresh: the run's task.null_score_diff_threshold) prints
+best_f1_thresh; rerun with --config.task.null_score_diff_threshold.
 """
 
 import importlib.util

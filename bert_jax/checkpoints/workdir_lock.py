@@ -18,6 +18,12 @@ anything there:
 
 Multi-host: process 0 takes the workdir for the job; the others learn the
 outcome through a broadcast, so they stop with it rather than hang.
+
+A run that ends with an error (a refusal of its input, a crash) removes what
+taking the workdir created: the lock file, when it made it, and the
+directories it made for the workdir, when they are empty. A refused run in a
+fresh workdir leaves the filesystem as it found it; a finished or preempted
+run keeps its lock file for the next one.
 """
 
 from __future__ import annotations
@@ -73,17 +79,38 @@ def _pid_alive(pid) -> bool:
   return True
 
 
-def prepare_workdir(workdir: str) -> None:
-  """Create `workdir`; ValueError with one sentence if it cannot be written."""
+def _missing_dirs(path: str) -> list[str]:
+  """`path` and its ancestors that do not exist yet, deepest first."""
+  missing = []
+  path = os.path.abspath(path)
+  while not os.path.exists(path):
+    missing.append(path)
+    parent = os.path.dirname(path)
+    if parent == path:
+      break
+    path = parent
+  return missing
+
+
+def prepare_workdir(workdir: str) -> list[str]:
+  """Create `workdir`; ValueError with one sentence if it cannot be written.
+  Returns the directories it created, deepest first (local paths; [] for
+  object stores, whose directories are names)."""
+  created = []
   try:
     if _is_local(workdir):
       if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise NotADirectoryError(f"{workdir} is a file")
-      os.makedirs(workdir, exist_ok=True)
-      probe = os.path.join(workdir, f".write_probe_{os.getpid()}")
-      with open(probe, "w") as f:
-        f.write("ok")
-      os.remove(probe)
+      created = _missing_dirs(workdir)
+      try:
+        os.makedirs(workdir, exist_ok=True)
+        probe = os.path.join(workdir, f".write_probe_{os.getpid()}")
+        with open(probe, "w") as f:
+          f.write("ok")
+        os.remove(probe)
+      except OSError:
+        remove_created(created)  # A workdir it cannot write: none at all.
+        raise
     else:
       import tensorflow as tf  # pylint: disable=g-import-not-at-top
       tf.io.gfile.makedirs(workdir)
@@ -98,6 +125,17 @@ def prepare_workdir(workdir: str) -> None:
   except OSError as e:
     raise ValueError(f"--workdir={workdir} cannot be created or written "
                      f"({e.strerror or e}).") from None
+  return created
+
+
+def remove_created(created: list[str]) -> None:
+  """Remove the directories `prepare_workdir` created (deepest first),
+  each only when empty: what a failed run leaves of itself."""
+  for d in created:
+    try:
+      os.rmdir(d)
+    except OSError:
+      return  # Not empty (or gone): it and its parents stay.
 
 
 def write_identity(path: str, ident: dict) -> None:
@@ -119,10 +157,16 @@ class WorkdirLock:
     self.me = identity()
     self._fd = None
     self.held = False
+    self.created_file = False  # This run made the lock file (local disk).
+    self.created_dirs: list[str] = []  # What take() made for the workdir.
 
   # ---- Local disk: flock.
   def _acquire_local(self):
-    fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+      fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+      self.created_file = True
+    except FileExistsError:
+      fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
       fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -216,14 +260,24 @@ class WorkdirLock:
           "run stops without saving so that it does not overwrite that run's "
           "checkpoints.")
 
-  def release(self) -> None:
+  def release(self, failed: bool = False) -> None:
+    """Let the workdir go. `failed` (the run ended with an error): also
+    remove the lock file if this run made it (unlinked while still held)
+    and the directories take() made, when empty."""
     if not self.held:
       return
     self.held = False
     if self._fd is not None:
+      if failed and self.created_file:
+        try:
+          os.unlink(self.path)
+        except OSError as e:
+          logging.warning("Could not remove %s: %s", self.path, e)
       fcntl.flock(self._fd, fcntl.LOCK_UN)
       os.close(self._fd)
       self._fd = None
+      if failed:
+        remove_created(self.created_dirs)
       return
     if not _is_local(self.workdir):
       try:
@@ -240,8 +294,8 @@ class _Nothing:
   def verify(self):
     pass
 
-  def release(self):
-    pass
+  def release(self, failed: bool = False):
+    del failed
 
 
 def take(workdir: str, take_over: bool = False):
@@ -253,10 +307,13 @@ def take(workdir: str, take_over: bool = False):
   """
   error, lock = None, _Nothing()
   if jax.process_index() == 0:
+    created = []
     try:
-      prepare_workdir(workdir)
+      created = prepare_workdir(workdir)
       lock = WorkdirLock(workdir, take_over).acquire()
+      lock.created_dirs = created
     except (WorkdirInUseError, ValueError) as e:
+      remove_created(created)  # In use by another run: created is [].
       error = e
   if jax.process_count() > 1:
     refused = int(multihost_utils.broadcast_one_to_all(
@@ -290,20 +347,23 @@ class _Broadcasting:
       raise WorkdirInUseError("Another run took over the workdir (process 0 "
                               "says which); stopping without saving.")
 
-  def release(self):
-    self.lock.release()
+  def release(self, failed: bool = False):
+    self.lock.release(failed)
 
 
 @contextlib.contextmanager
 def hold(workdir: str, take_over: bool = False):
   """Take `workdir` for this run, check that every host sees it (multi-host
-  runs need shared storage), and release it at the end."""
+  runs need shared storage), and release it at the end (after an error,
+  removing what taking it created: see the module docstring)."""
   lock = take(workdir, take_over=take_over)
+  failed = True
   try:
     check_workdir_shared(workdir)
     yield lock
+    failed = False
   finally:
-    lock.release()
+    lock.release(failed)
 
 
 def check_workdir_shared(workdir: str) -> None:

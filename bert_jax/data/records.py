@@ -95,12 +95,15 @@ def _jsonl_texts(path: str, text_field: str, limit: int | None = None
       try:
         record = json.loads(raw)
       except (ValueError, UnicodeDecodeError) as e:
-        where = (f", column {e.colno}" if isinstance(e, json.JSONDecodeError)
-                 else "")
+        if isinstance(e, json.JSONDecodeError):  # "Invalid ... at" + column
+          why = f"{e.msg.removesuffix(' at')} at column {e.colno}"
+        elif isinstance(e, UnicodeDecodeError):
+          why = f"invalid UTF-8 at byte {e.start}"
+        else:
+          why = str(e)
         raise RecordFileError(
-            f"{path} line {number} is not a JSON object ("
-            f"{getattr(e, 'msg', type(e).__name__)}{where}): a JSONL file "
-            "holds one JSON object per line.") from None
+            f"{path} line {number} is not a JSON object ({why}): a JSONL "
+            "file holds one JSON object per line.") from None
       if not isinstance(record, dict):
         raise RecordFileError(
             f"{path} line {number} is a JSON {type(record).__name__}, not an "

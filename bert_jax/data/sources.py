@@ -342,6 +342,16 @@ def prepared(source: Source, data, workdir: Optional[str],
                    field)
 
 
+def prepare_records(data, workdir: Optional[str]) -> None:
+  """Prepares every JSONL / Parquet source of `data` (data.sources and
+  data.eval_sources) as :func:`plan` reads them, and writes nothing else
+  (no demo corpus): where a run converts its records before it records
+  anything of its own."""
+  for field in ("sources", "eval_sources"):
+    for s in parse_sources(data.get(field, ""), f"data.{field}"):
+      prepared(s, data, workdir, f"data.{field}")
+
+
 def check_records(source: Source, path: str, text_field: str,
                   field: str = "data.sources") -> None:
   """ValueError naming the problem when `path`, a file of a JSONL / Parquet

@@ -294,9 +294,13 @@ def read_file(path: str, text_field: str, label_field: str,
     recs = [(n, t, ids[lab]) for n, t, lab in kept]
   bad = dict(bad)
   if any(bad.values()):
-    logging.warning("Task file %s: kept %d rows, skipped bad rows: %s", path,
-                    len(recs), ", ".join(f"{k}={v}" for k, v in bad.items()
-                                         if v))
+    lacking = ""
+    if not regression and bad["unknown_label"]:
+      lacking = (f" (labels the training data lacks: {', '.join(other[:5])}"
+                 f"{', ...' if len(other) > 5 else ''})")
+    logging.warning("Task file %s: kept %d rows, skipped bad rows: %s%s",
+                    path, len(recs), ", ".join(
+                        f"{k}={v}" for k, v in bad.items() if v), lacking)
   rows = Rows(
       np.array([r[1][0] for r in recs], object),
       np.array([r[1][1] for r in recs], object) if text_pair_field else None,

@@ -25,10 +25,13 @@ ClassLabel order for TFDS) and saved as the run's ``label_map.json``.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import re
 from typing import Optional, Sequence
+
+from absl import logging
 
 from bert_jax.data import task_sources
 
@@ -225,9 +228,30 @@ def load_task(name: str, *, tfds_data_dir: str = "", train_path: str = "",
                        "holds no sentence (empty file, or only -DOCSTART- "
                        "and blank lines).")
   names = _merge_saved(saved, names, rows["train"], label_dir)
+  for split in evals:
+    warn_unknown_tags(split, rows[split], names, where[split])
   if label_dir and write_label_map:
     save_label_map(label_dir, names)
   return TokenTask(name, tuple(names), evals), rows
+
+
+def warn_unknown_tags(split: str, data: TaggedSentences, names,
+                      where: str) -> None:
+  """One warning (count and the tags) when an eval split holds tags the
+  training data lacks: the model never predicts them, so their entities
+  score as missed (as sentence tasks warn of unknown labels)."""
+  known = set(names)
+  counts = collections.Counter(t for ts in data.tags for t in ts
+                               if t not in known)
+  if not counts:
+    return
+  sentences = sum(any(t not in known for t in ts) for ts in data.tags)
+  tags = sorted(counts)
+  logging.warning(
+      "The %s split (%s): %d words in %d sentences carry tags the training "
+      "data lacks (%s): the model never predicts them, so their entities "
+      "score as missed.", split, where, sum(counts.values()), sentences,
+      ", ".join(tags[:10]) + (", ..." if len(tags) > 10 else ""))
 
 
 def save_label_map(directory: str, names) -> str:

@@ -299,9 +299,12 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
                      "fine-tune (a workdir, step dir, HF or TF checkpoint).")
   kind = task_kind(config)
   check_packing(config, kind)
-  source = pretrained.resolve(config.train.init_from,
-                              config.train.init_from_step or None)
-  tok_spec = pretrained.tokenizer_spec(source)
+  try:
+    source = pretrained.resolve(config.train.init_from,
+                                config.train.init_from_step or None)
+    tok_spec = pretrained.tokenizer_spec(source)
+  except (ValueError, FileNotFoundError) as e:
+    raise type(e)(f"train.init_from: {e}") from None
   # Static checks first (the step count is not known before the rows are
   # read, so check with the configured or a placeholder count).
   probe = ml_collections.ConfigDict(config.to_dict())

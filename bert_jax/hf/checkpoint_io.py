@@ -63,7 +63,7 @@ def check_same_architecture(src, dst, path: str,
   config's model is, when that is not obvious."""
   for f in ARCH_FIELDS:
     if src[f] != dst[f]:
-      raise ValueError(f"{field}={path} has model.{f}={src[f]}, but the "
+      raise ValueError(f"{field}: {path} has model.{f}={src[f]}, but the "
                        f"config has model.{f}={dst[f]}{note}; set "
                        f"--config.model.{f}={src[f]}.")
 

@@ -234,6 +234,34 @@ def write_hf_tokenizer_files(out_dir: str, spec: TokenizerSpec, *,
   return cfg
 
 
+def _types(node) -> list[str]:
+  """The component types in a tokenizer.json part (Sequences opened)."""
+  if isinstance(node, dict):
+    inner = node.get("pretokenizers") or node.get("decoders") or []
+    return [node.get("type", "")] + [t for n in inner for t in _types(n)]
+  return []
+
+
+def tokenizer_json_kind(path: str) -> str:
+  """In words, the kind of tokenizer a Hugging Face tokenizer.json holds
+  ("byte-level BPE", "SentencePiece Unigram", "WordPiece", ...): what a
+  message names when bert_jax cannot run it."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      spec = json.load(f)
+    model = spec["model"]
+  except (OSError, ValueError, KeyError, TypeError):
+    return "file bert_jax cannot read as a tokenizer.json"
+  kind = model.get("type") or ("BPE" if "merges" in model else "?")
+  parts = _types(spec.get("pre_tokenizer")) + _types(spec.get("decoder"))
+  if kind == "BPE":
+    return ("byte-level BPE" if "ByteLevel" in parts else
+            "SentencePiece BPE" if "Metaspace" in parts else "BPE")
+  if kind == "Unigram":
+    return "SentencePiece Unigram"
+  return kind if kind != "?" else "tokenizer of an unknown kind"
+
+
 @dataclasses.dataclass
 class LoadedTokenizer:
   """A `tokenizers.Tokenizer` plus what fill-mask needs from the HF config."""

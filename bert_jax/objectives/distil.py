@@ -153,7 +153,7 @@ def validate(config) -> None:
                      "or to 'random' for a smoke run.")
   if (o.teacher != "random" and "://" not in o.teacher and
       not os.path.exists(o.teacher)):
-    raise ValueError(f"objective.teacher={o.teacher!r} does not exist: set "
+    raise ValueError(f"objective.teacher: {o.teacher!r} does not exist: set "
                      "it to the teacher BERT (a workdir, an imported or a "
                      "Hugging Face directory) or to 'random' for a smoke "
                      "run.")

@@ -59,6 +59,8 @@ def read(config, label_dir: str):
       text_pair_field=t.text_pair_field, label_field=t.label_field,
       regression=t.regression, label_order=t.label_order, label_dir=label_dir,
       write_label_map=False)
+  if user:
+    check_several_labels(config, spec, rows)
   for split, split_rows in rows.items():
     field = "train_file" if split == spec.train_split else "validation_file"
     task_sources.check_not_empty(split, split_rows, (
@@ -67,6 +69,29 @@ def read(config, label_dir: str):
   check_label_names(config, spec)
   train = rows.pop(spec.train_split)
   return spec, train, rows
+
+
+def check_several_labels(config, spec, rows: dict) -> None:
+  """A classifier needs two labels or more to tell apart: with one, its
+  head has one output (a regression's) and the run either fails after its
+  compile or scores 100% on rows of that label. Refused before anything is
+  written, with how many validation rows carry labels training lacks."""
+  if spec.regression or len(spec.label_names) != 1:
+    return
+  t = config.task
+  train, dev = rows[spec.train_split], rows.get("validation")
+  lacking = ""
+  if dev is not None:
+    other = int(dev.bad.get("unknown_label", 0))
+    lacking = (f"; {other} of the {other + len(dev)} rows of "
+               f"task.validation_file={t.validation_file} carry labels the "
+               "training data lacks")
+  raise ValueError(
+      f"task.train_file={t.train_file}: training data has a single label "
+      f"{spec.label_names[0]!r} ({len(train)} rows), and a classifier needs "
+      "two or more to tell apart (one label would give its head a single "
+      f"output, a regression's){lacking}. Give training rows of every label "
+      "(or set task.regression=True for a numeric target).")
 
 
 def check_label_names(config, spec) -> None:

@@ -11,7 +11,8 @@ scored by the official EM / F1 (``squad_metrics``). Each eval split writes
 ``nbest_predictions.json`` (run_squad's: per question the n-best texts with
 probability, start and end logit) and, for v2, ``null_odds.json``
 ({question id: null odds}): the official ``evaluate-v2.0.py DATA
-predictions.json --na-prob-file null_odds.json`` reads them unchanged.
+predictions.json --na-prob-file null_odds.json --na-prob-thresh T`` (T =
+``task.null_score_diff_threshold``) reads them unchanged.
 
 The head gives two logits per position, the answer's start and end; the
 loss of a window is (CE(start) + CE(end)) / 2 over its positions, as
@@ -145,7 +146,8 @@ class Scorer:
     self.predicted[split] = (predictions, null_odds, nbest)
     scores, extras = squad_metrics.evaluate(
         gold_answers(examples), predictions, self.task.version_2,
-        null_odds if self.task.version_2 else None)
+        null_odds if self.task.version_2 else None,
+        na_prob_thresh=self.options["null_threshold"])
     extras["null_score_diff_threshold"] = self.options["null_threshold"]
     self.details[split] = extras
     return scores

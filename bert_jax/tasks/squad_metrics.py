@@ -9,15 +9,20 @@ answers.
 * v1.1: every question has answers; F1 is token-overlap F1 (0 when no
   token is shared).
 * v2.0: gold answers that normalise to "" are dropped, and a question
-  without any is unanswerable (gold ""); F1 of an empty side is 1 when both
-  are empty, else 0. Scores are also given for the answerable (``HasAns_``)
-  and unanswerable (``NoAns_``) questions, and, from the null odds (score
-  of "no answer" minus that of the best span, ``null_odds.json``), the best
-  scores over thresholds with the thresholds that reach them
-  (``best_exact_thresh``, ``best_f1_thresh``), by the official
-  ``find_best_thresh``. The official script, given our predictions.json and
-  null_odds.json with ``--na-prob-thresh`` equal to the threshold the
-  predictions were made with, prints the same numbers (x100).
+  without any is compared with gold ""; F1 of an empty side is 1 when both
+  are empty, else 0. Then, in the official order
+  (``apply_no_ans_threshold``), a question whose null odds (score of "no
+  answer" minus that of the best span, ``null_odds.json``) exceed the
+  threshold is predicted unanswerable and scores 1 when it has no gold
+  answers, else 0, whatever the texts: an answerable question whose gold
+  answers all normalise to "" and whose null answer won scores 0. Scores
+  are also given for the answerable (``HasAns_``) and unanswerable
+  (``NoAns_``) questions, and the best scores over thresholds with the
+  thresholds that reach them (``best_exact_thresh``, ``best_f1_thresh``),
+  by the official ``find_best_thresh`` on the scores before thresholding.
+  The official script, given our predictions.json and null_odds.json with
+  ``--na-prob-thresh`` equal to the threshold the predictions were made
+  with, prints the same numbers (x100).
 
 Scores here are fractions (0..1) like every bert_jax metric; thresholds are
 null-odds values (logits), returned apart from the scores.
@@ -102,9 +107,19 @@ def find_best_thresh(preds, scores, na_probs, has_ans) -> tuple[float, float]:
   return best / len(scores) if scores else 0.0, float(thresh)
 
 
+def apply_no_ans_threshold(scores: Mapping[str, float],
+                           na_probs: Mapping[str, float],
+                           has_ans: Mapping[str, bool],
+                           na_prob_thresh: float) -> dict:
+  """The official step: a question whose null odds exceed the threshold is
+  predicted unanswerable and scores `not has_ans`, whatever its text."""
+  return {q: float(not has_ans[q]) if na_probs[q] > na_prob_thresh else s
+          for q, s in scores.items()}
+
+
 def evaluate(gold: Mapping[str, Sequence[str]], preds: Mapping[str, str],
-             version_2: bool, null_odds: Optional[Mapping[str, float]] = None
-             ) -> tuple[dict, dict]:
+             version_2: bool, null_odds: Optional[Mapping[str, float]] = None,
+             na_prob_thresh: float = 1.0) -> tuple[dict, dict]:
   """(scores, extras) of predictions {id: text} against gold {id: [texts]}.
 
   scores: exact, f1 (and for v2 HasAns_/NoAns_ exact and f1, best_exact,
@@ -112,19 +127,28 @@ def evaluate(gold: Mapping[str, Sequence[str]], preds: Mapping[str, str],
   counts of questions and, for v2 with null odds, best_exact_thresh and
   best_f1_thresh. A question is answerable when it has gold answers (v2's
   qid_to_has_ans), even if they all normalise to "".
+
+  `na_prob_thresh` is the official ``--na-prob-thresh`` (its default 1.0):
+  pass the threshold the predictions were made with. Without null odds
+  every question's odds are 0, as in the official script without
+  ``--na-prob-file``.
   """
   ex, fs = raw_scores(gold, preds, version_2)
-  scores = dict(exact=_mean(ex, ex), f1=_mean(fs, fs))
-  extras = dict(total=len(ex), missing=sum(q not in preds for q in gold))
   if not version_2:
-    return scores, extras
+    return dict(exact=_mean(ex, ex), f1=_mean(fs, fs)), dict(
+        total=len(ex), missing=sum(q not in preds for q in gold))
   has_ans = {q: bool(a) for q, a in gold.items()}
+  na_probs = null_odds if null_odds is not None else {q: 0.0 for q in preds}
+  ex_t = apply_no_ans_threshold(ex, na_probs, has_ans, na_prob_thresh)
+  fs_t = apply_no_ans_threshold(fs, na_probs, has_ans, na_prob_thresh)
+  scores = dict(exact=_mean(ex_t, ex_t), f1=_mean(fs_t, fs_t))
+  extras = dict(total=len(ex), missing=sum(q not in preds for q in gold))
   has, no = [q for q in ex if has_ans[q]], [q for q in ex if not has_ans[q]]
   extras.update(HasAns_total=len(has), NoAns_total=len(no))
   if has:
-    scores.update(HasAns_exact=_mean(ex, has), HasAns_f1=_mean(fs, has))
+    scores.update(HasAns_exact=_mean(ex_t, has), HasAns_f1=_mean(fs_t, has))
   if no:
-    scores.update(NoAns_exact=_mean(ex, no), NoAns_f1=_mean(fs, no))
+    scores.update(NoAns_exact=_mean(ex_t, no), NoAns_f1=_mean(fs_t, no))
   if null_odds is not None:
     scores["best_exact"], extras["best_exact_thresh"] = find_best_thresh(
         preds, ex, null_odds, has_ans)

@@ -48,9 +48,16 @@ class PretrainingInput:
     from bert_jax.data import (
       pipeline as input_pipeline,  # TensorFlow: only when training.
     )
+    from bert_jax.data import (
+      sources as data_sources,  # TensorFlow: only when training.
+    )
     self.workdir = workdir
     self.tokenizer = tokenizers.load_tokenizer(config.data, workdir)
     config_checks.check_tokenizer(config, self.tokenizer)
+    # JSONL / Parquet records become text files (a tokenizer trained here
+    # read them already) before the tokenizer is recorded: a bad record is
+    # refused naming its file and line, and leaves no file.
+    data_sources.prepare_records(config.data, workdir)
     pretrained.record_tokenizer(workdir, self.tokenizer)
     self.train_iter = self.train_iterator(train_config or config)
     self.eval_batches = input_pipeline.create_eval_batches(

@@ -15,13 +15,19 @@ mean other tokens: ``data.tokenizer_vocab_size`` does not apply).
   source's tokenizer (its ``tokenizer/record.json``, or the vocab.txt /
   spiece.model of a Hugging Face or imported directory);
 - a ``data.tokenizer_path`` naming another vocabulary, or two sources with
-  different tokenizers, are refused with one line naming both.
+  different tokenizers, are refused with one line naming both. A source
+  whose only tokenizer is a ``tokenizer.json`` (a byte-level BPE, which
+  bert_jax does not run, or any other kind) is compared by ids: the given
+  tokenizer must tokenize a probe text (:data:`PROBE`) as the
+  ``tokenizers`` library does with that file.
 
 A run that resumes from its own checkpoint uses the tokenizer it recorded
 when it started, so the source may be gone by then.
 """
 
 from __future__ import annotations
+
+import os
 
 import ml_collections
 from absl import logging
@@ -31,6 +37,7 @@ from bert_jax import compose
 from bert_jax import families
 from bert_jax import pretrained
 from bert_jax.checkpoints import reading as checkpoint_reading
+from bert_jax.data import tokenizers as tokenizers_lib
 from bert_jax.hf import tokenizer_files
 
 
@@ -70,12 +77,48 @@ def _resumes(workdir: str) -> bool:
     return False
 
 
-def _source_tokenizer(field: str, path: str, given: bool, config):
+# The text a given tokenizer must tokenize as a source's tokenizer.json does
+# (when that is all the source ships): several scripts, accents, digits,
+# punctuation. It leaves out characters on which tf_text's and Hugging
+# Face's normalizers are known to differ for one vocabulary (such as "ß"),
+# so that a matching tokenizer is never refused.
+PROBE = ("The quick brown fox jumps over the lazy dog; it's 3.14 km, not "
+         "42! Café naïve résumé — Zürich. Москва и Киев. Αθήνα. 東京と大阪。"
+         " 서울. مرحبا. हिन्दी. (e-mail: a@b.org) #1 50% [x]")
+
+
+def _probe_difference(given, tokenizer_json: str) -> str | None:
+  """None when `given` (a TokenizerSpec) gives `tokenizer_json`'s token ids
+  on PROBE (bert_jax's tokenizer against the `tokenizers` library), else
+  where they first differ."""
+  ours = tokenizers_lib.load(given.path, given.kind,
+                             given.lower_case).encode(PROBE)
+  try:
+    hf = tokenizer_files.load_hf_tokenizer(
+        os.path.dirname(tokenizer_json)).tokenizer
+  except Exception as e:  # pylint: disable=broad-except
+    raise ValueError(f"{tokenizer_json} cannot be read by the tokenizers "
+                     f"library ({e}).") from None
+  hf.no_padding()  # Some pad every text to a fixed length (MiniLM's: 128).
+  hf.no_truncation()
+  theirs = hf.encode(PROBE, add_special_tokens=False).ids
+  if list(ours) == list(theirs):
+    return None
+  k = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b),
+           min(len(ours), len(theirs)))
+  return (f"on a probe text it gives {len(ours)} token ids, the "
+          f"tokenizer.json {len(theirs)}, the first difference at token {k} "
+          f"({ours[k:k + 3]} vs {theirs[k:k + 3]})")
+
+
+def _source_tokenizer(field: str, path: str, given, config):
   """The tokenizer the params at `path` were trained with; None when it
-  ships none that bert_jax reads and the config names one (`given`).
-  train.init_from's architecture is checked here too, and a teacher's
-  family and architecture: before the run writes anything, not after its
-  compile."""
+  ships none that bert_jax runs and the config names one (`given`, a
+  TokenizerSpec): that one must then give the ids of the source's
+  tokenizer.json on a probe text, or is refused. train.init_from's
+  architecture is checked here too (a teacher's family and architecture
+  with the config, ``check_teacher``): before the run writes anything,
+  not after its compile."""
   try:
     source = pretrained.resolve(path)
   except (ValueError, FileNotFoundError) as e:
@@ -85,14 +128,26 @@ def _source_tokenizer(field: str, path: str, given: bool, config):
   try:
     return pretrained.tokenizer_spec(source)
   except FileNotFoundError as e:
-    if given:
+    shipped = pretrained.shipped_tokenizer_json(source)
+    if given is not None and shipped is not None:
+      difference = _probe_difference(given, shipped)
+      if difference is not None:
+        raise ValueError(
+            f"data.tokenizer_path: {given.path} is not the tokenizer "
+            f"{field}={path} was trained with ({shipped}, a "
+            f"{tokenizer_files.tokenizer_json_kind(shipped)}): {difference}, "
+            "so its embeddings would be read with other token ids.") from None
+      logging.info("data.tokenizer_path=%s gives the token ids of %s on a "
+                   "probe text.", given.path, shipped)
+      return None
+    if given is not None:
       logging.warning("%s=%s ships no tokenizer file to compare with (%s); "
                       "using data.tokenizer_path as given.", field, path, e)
       return None
     raise FileNotFoundError(
-        f"{field}={path} ships no tokenizer bert_jax reads (vocab.txt or a "
-        "SentencePiece .model): set data.tokenizer_path to the one its "
-        "embeddings were trained with.") from None
+        f"{field}: {e} Set data.tokenizer_path to a tokenizer bert_jax runs "
+        "that gives the same token ids (checked on a probe text), if there "
+        "is one.") from None
 
 
 def check_teacher(config) -> None:
@@ -145,12 +200,12 @@ def resolve(config, workdir: str) -> ml_collections.ConfigDict:
     return _with(config, spec, f"the one this run recorded in {workdir}")
   chosen, chosen_field = None, ""
   for field, path in found.items():
-    spec = _source_tokenizer(field, path, given is not None, config)
+    spec = _source_tokenizer(field, path, given, config)
     if spec is None:
       continue
     if chosen is not None and not _same(chosen, spec):
       raise ValueError(
-          f"{chosen_field}={found[chosen_field]} and {field}={path} were "
+          f"{chosen_field}: {found[chosen_field]} and {field}={path} were "
           f"trained with different tokenizers ({_describe(chosen)} vs "
           f"{_describe(spec)}): their token ids mean different tokens, so "
           "one run cannot start from both.")
@@ -158,7 +213,7 @@ def resolve(config, workdir: str) -> ml_collections.ConfigDict:
   if given is not None:
     if chosen is not None and not _same(given, chosen):
       raise ValueError(
-          f"data.tokenizer_path={data.tokenizer_path} is not the tokenizer "
+          f"data.tokenizer_path: {data.tokenizer_path} is not the tokenizer "
           f"{chosen_field}={found[chosen_field]} was trained with "
           f"({_describe(chosen)}): its embeddings would be read with other "
           "token ids. Leave data.tokenizer_path empty to use that one.")

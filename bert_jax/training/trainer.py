@@ -288,11 +288,14 @@ class Trainer:
 
   def _init_params(self, path: str):
     """Params only (new run from pretrained weights), onto the state's mesh."""
-    source = pretrained.resolve(path)
-    params, report = pretrained.load_params(
-        source, self.config.model,
-        abstract_params=self.abstract_state["params"],
-        seed=self.config.train.seed, config=self.config)
+    try:
+      source = pretrained.resolve(path)
+      params, report = pretrained.load_params(
+          source, self.config.model,
+          abstract_params=self.abstract_state["params"],
+          seed=self.config.train.seed, config=self.config)
+    except (ValueError, FileNotFoundError) as e:
+      raise type(e)(f"train.init_from: {e}") from None
     logging.info("train.init_from: params of %s (%s, step %s).\n%s", path,
                  source.kind, source.step, report)
     return params

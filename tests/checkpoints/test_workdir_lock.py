@@ -150,3 +150,56 @@ def test_take_over_never_writes_while_the_holder_keeps_its_lock(tmp_path):
   finally:
     holder.send_signal(signal.SIGKILL)
     holder.wait()
+
+
+class _Refused(Exception):
+  pass
+
+
+def _fail_in(workdir, write=None):
+  with pytest.raises(_Refused):
+    with workdir_lock.hold(str(workdir)):
+      assert (workdir / workdir_lock.LOCK_NAME).exists()
+      if write:
+        (workdir / write).write_text("x")
+      raise _Refused()
+
+
+def test_a_failed_run_removes_only_what_taking_the_workdir_created(tmp_path):
+  # A fresh workdir two levels down: the lock and all three directories go.
+  _fail_in(tmp_path / "a" / "b" / "run")
+  assert os.listdir(tmp_path) == []
+  # An existing workdir stays with its files; only the lock file goes.
+  existing = tmp_path / "existing"
+  existing.mkdir()
+  (existing / "notes.txt").write_text("mine")
+  _fail_in(existing)
+  assert os.listdir(existing) == ["notes.txt"]
+  # A finished run keeps its lock file; a failed run later leaves it too
+  # (it did not make it).
+  with workdir_lock.hold(str(existing)):
+    pass
+  assert sorted(os.listdir(existing)) == [workdir_lock.LOCK_NAME, "notes.txt"]
+  _fail_in(existing)
+  assert sorted(os.listdir(existing)) == [workdir_lock.LOCK_NAME, "notes.txt"]
+  # A run that wrote before failing: its files and so its directory stay.
+  wrote = tmp_path / "wrote"
+  _fail_in(wrote, write="metrics.jsonl")
+  assert os.listdir(wrote) == ["metrics.jsonl"]
+
+
+def test_a_workdir_in_use_is_refused_without_touching_it(tmp_path):
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  holder = _start_holder(workdir)
+  try:
+    with open(workdir / workdir_lock.LOCK_NAME) as f:
+      before = f.read()
+    with pytest.raises(WorkdirInUseError):
+      with workdir_lock.hold(str(workdir)):
+        pass
+    with open(workdir / workdir_lock.LOCK_NAME) as f:
+      assert f.read() == before
+  finally:
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()

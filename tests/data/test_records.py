@@ -233,6 +233,34 @@ def test_bad_record_on_the_command_line(tmp_path):
   assert not workdir.exists()
 
 
+def test_bad_record_after_the_first_line_leaves_nothing(tmp_path):
+  """A raw tab inside a JSON string on line 3 (line 1 passes the startup
+  check): the run names the file, line and column, and leaves neither a
+  tokenizer record nor a lock nor the directories it made for the
+  workdir."""
+  from bert_jax.training import trainer as trainer_lib
+  from tests.helpers import tiny_models
+  d = tmp_path / "in"
+  d.mkdir()
+  write_jsonl(d / "c.jsonl", [["A first sentence.", "A second one."],
+                              ["Another document."]])
+  with open(d / "c.jsonl", "a") as f:
+    f.write('{"text": "a raw\ttab"}\n')
+  vocab = tmp_path / "vocab.txt"
+  tiny_models.write_vocab(str(vocab))
+  config = helpers.tiny_config(model=dict(vocab_size=128))
+  config.data.update(sources=f"jsonl:{d}/*.jsonl", tokenizer_type="wordpiece",
+                     tokenizer_path=str(vocab))
+  workdir = tmp_path / "new" / "run"
+  with pytest.raises(ValueError) as e:
+    trainer_lib.train_and_evaluate(config, str(workdir))
+  assert str(e.value) == (
+      f"data.sources: jsonl:{d}/*.jsonl@1 (text field 'text'): {d}/c.jsonl "
+      "line 3 is not a JSON object (Invalid control character at column "
+      "16): a JSONL file holds one JSON object per line.")
+  assert not (tmp_path / "new").exists()
+
+
 def test_prepare_tool_converts_in_parallel_once(corpus, tmp_path):
   """tools/prepare_corpus.py: 3 files in 2 worker processes give the files a
   run prepares by itself; a rerun converts nothing; a changed file is

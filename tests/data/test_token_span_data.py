@@ -97,6 +97,27 @@ def test_jsonl_sentences_and_errors(tmp_path):
     token_sources.read_file(str(bad))
 
 
+def test_dev_tags_the_training_data_lacks_are_one_warning(tmp_path, caplog):
+  train, dev = tmp_path / "train.txt", tmp_path / "dev.txt"
+  train.write_text("Jim B-PER\nran O\n")
+  dev.write_text("Ann B-PER\nin O\nNew B-LOC\nYork I-LOC\n\n"
+                 "Bob B-PER\n\nat O\nIBM B-ORG\n")
+  with caplog.at_level("WARNING"):
+    token_sources.load_task("user", train_path=str(train),
+                            validation_path=str(dev))
+  lines = [r.getMessage() for r in caplog.records
+           if "tags the training data lacks" in r.getMessage()]
+  assert lines == [
+      f"The validation split (task.validation_file={dev}): 3 words in 2 "
+      "sentences carry tags the training data lacks (B-LOC, B-ORG, I-LOC): "
+      "the model never predicts them, so their entities score as missed."]
+  caplog.clear()
+  with caplog.at_level("WARNING"):  # Every dev tag seen in training: quiet.
+    token_sources.load_task("user", train_path=str(dev),
+                            validation_path=str(train))
+  assert "tags the training data lacks" not in caplog.text
+
+
 def test_label_map_is_saved_and_a_resumed_run_keeps_it(tmp_path):
   train, dev = tmp_path / "train.txt", tmp_path / "dev.txt"
   train.write_text("Jim B-PER\nran O\n")

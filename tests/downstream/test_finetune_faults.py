@@ -207,4 +207,87 @@ def test_bad_setup_is_one_error_before_anything_is_written(task, tmp_path,
   with pytest.raises(ValueError) as e:
     finetuning.run(config, str(workdir))
   assert str(e.value) == expected
-  assert not workdir.exists() or helpers.written_files(workdir) == []
+  assert not workdir.exists()  # Not even the lock or the directory.
+
+
+def test_checkpoint_with_a_byte_level_bpe_tokenizer_names_it(tmp_path):
+  """A Hugging Face ModernBERT directory ships only a byte-level BPE
+  tokenizer.json, which bert_jax does not run: one line naming the field,
+  the directory and the tokenizer's kind, before anything is written."""
+  d = tiny_models.make_byte_level_modernbert_dir(str(tmp_path / "mb"))
+  train, dev = tiny_models.write_keyword_task(str(tmp_path / "task"),
+                                              n_train=16, n_dev=8)
+  config = tiny_models.finetune_config(d["out"], train, dev)
+  workdir = tmp_path / "run"
+  with pytest.raises(FileNotFoundError) as e:
+    finetuning.run(config, str(workdir))
+  assert str(e.value) == (
+      f"train.init_from: {d['out']} ships only a tokenizer.json (no "
+      "vocab.txt or spiece.model), and its tokenizer.json is a byte-level "
+      "BPE, which bert_jax does not run yet; bert_jax runs a WordPiece "
+      "vocab.txt or a SentencePiece .model, and the directory has neither.")
+  assert not workdir.exists()
+
+
+def _write_rows(path, fmt, rows):
+  """rows [(text, label)] as CSV, TSV or JSONL with fields text, label."""
+  with open(path, "w", newline="") as f:
+    if fmt == "jsonl":
+      f.writelines(json.dumps(dict(text=t, label=y)) + "\n" for t, y in rows)
+    else:
+      w = csv.writer(f, delimiter="\t" if fmt == "tsv" else ",")
+      w.writerow(["text", "label"])
+      w.writerows(rows)
+  return str(path)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl"])
+def test_training_data_of_a_single_label_is_refused(task, tmp_path, fmt,
+                                                    caplog):
+  """All 40 training rows say 'pos'; the validation file has 'pos', 'neg'
+  and 'meh': one line naming the label and the validation rows of labels
+  training lacks, before anything is written."""
+  train = _write_rows(tmp_path / f"train.{fmt}", fmt,
+                      [(f"good film {i}", "pos") for i in range(40)])
+  dev = _write_rows(tmp_path / f"dev.{fmt}", fmt,
+                    [("good", "pos"), ("bad", "neg"), ("so so", "meh"),
+                     ("awful", "neg"), ("nice", "pos")])
+  config = _config(task, num_steps=4)
+  config.task.update(train_file=train, validation_file=dev)
+  workdir = tmp_path / "run"
+  with caplog.at_level("WARNING"), pytest.raises(ValueError) as e:
+    finetuning.run(config, str(workdir))
+  assert str(e.value) == (
+      f"task.train_file={train}: training data has a single label 'pos' (40 "
+      "rows), and a classifier needs two or more to tell apart (one label "
+      "would give its head a single output, a regression's); 3 of the 5 "
+      f"rows of task.validation_file={dev} carry labels the training data "
+      "lacks. Give training rows of every label (or set "
+      "task.regression=True for a numeric target).")
+  assert not workdir.exists()  # Not even the lock or the directory.
+  # The validation file's warning names the labels training lacks.
+  assert ("unknown_label=3 (labels the training data lacks: meh, neg)"
+          in caplog.text)
+
+
+@pytest.mark.parametrize("case", ["missing", "gpt2", "not_a_checkpoint"])
+def test_a_refused_init_from_names_the_field_first(task, tmp_path, case):
+  """Every refusal of train.init_from starts with the field, as the docs
+  quote them, before anything is written."""
+  path = tmp_path / case
+  if case == "gpt2":
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(
+        {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}))
+    (path / "model.safetensors").write_bytes(b"")
+  elif case == "not_a_checkpoint":
+    path.mkdir()
+    (path / "notes.txt").write_text("x")
+  config = _config(task, num_steps=4)
+  config.train.init_from = str(path)
+  workdir = tmp_path / "run"
+  with pytest.raises((ValueError, FileNotFoundError)) as e:
+    finetuning.run(config, str(workdir))
+  assert str(e.value).startswith(f"train.init_from: {path} "), str(e.value)
+  assert len(str(e.value).splitlines()) == 1
+  assert not workdir.exists()

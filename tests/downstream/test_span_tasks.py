@@ -139,7 +139,9 @@ def test_predictions_and_null_odds_are_the_official_files(learned):
       assert predictions[q] == next(t for t in texts if t)
   # The files alone give the reported numbers (evaluate-v2.0.py's path).
   gold = {e.id: [t for t, _ in e.answers] for e in examples}
-  scores, extras = squad_metrics.evaluate(gold, predictions, True, null_odds)
+  scores, extras = squad_metrics.evaluate(
+      gold, predictions, True, null_odds,
+      na_prob_thresh=learned["config"].task.null_score_diff_threshold)
   assert scores == results["scores"]["validation"]
   details = results["details"]["validation"]
   assert details["best_f1_thresh"] == extras["best_f1_thresh"]

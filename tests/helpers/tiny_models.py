@@ -7,7 +7,6 @@ to a second; `mlm_bias` lets a test choose which tokens the head favours.
 import os
 
 import numpy as np
-from bert_jax.families import bert as bert_family
 
 WORDS = (
     "the a an it was is this that movie film story plot acting and but not "
@@ -48,6 +47,7 @@ def make_hf_dir(base: str, *, seed: int = 0, mlm_bias_scale: float = 2.0,
   """
   from flax import nnx
 
+  from bert_jax.families import bert as bert_family
   from bert_jax.hf import checkpoint_io
   from bert_jax.hf import mapping
   from bert_jax.hf import tokenizer_files
@@ -67,8 +67,9 @@ def make_hf_dir(base: str, *, seed: int = 0, mlm_bias_scale: float = 2.0,
   flat["mlm_head.bias"] = bias
   params = mapping.unflatten_params(flat)
   out = os.path.join(base, "hf")
-  checkpoint_io.save_hf_model(out, params, config.model,
-                   tokenizer=tokenizer_files.TokenizerSpec("wordpiece", vocab_path, True), table=bert_family.BERT)
+  checkpoint_io.save_hf_model(
+      out, params, config.model, table=bert_family.BERT,
+      tokenizer=tokenizer_files.TokenizerSpec("wordpiece", vocab_path, True))
   return dict(out=out, vocab_path=vocab_path, params=params, config=config)
 
 
@@ -151,3 +152,51 @@ def finetune_config(init_from: str, train_file: str, dev_file: str, *,
   config.data.seq_length = 32
   config.model.dtype = "float32"
   return config
+
+
+# -----------------------------------------------------------------------------
+# A Hugging Face ModernBERT directory whose only tokenizer is a byte-level BPE
+# tokenizer.json (as answerdotai/ModernBERT-base ships), trained here.
+# -----------------------------------------------------------------------------
+BPE_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+def make_byte_level_modernbert_dir(base: str, bpe_size: int = 320) -> dict:
+  """`base`/hf: a byte-level BPE tokenizer.json trained on a few sentences
+  (the 256 byte tokens, 5 specials and merges up to `bpe_size`) and random
+  params of the tests' tiny ModernBERT
+  (`family_checks.family_config("modernbert")`) with one embedding row per
+  token; `base`/vocab.txt: that vocabulary as a WordPiece vocab.txt (the
+  same tokens, in id order). Returns dict(out, vocab_path, config)."""
+  import jax
+  from flax import nnx
+  from tokenizers import Tokenizer
+  from tokenizers import decoders
+  from tokenizers import models
+  from tokenizers import pre_tokenizers
+  from tokenizers import trainers
+
+  from bert_jax.families import modernbert as modernbert_family
+  from bert_jax.hf import checkpoint_io
+  from tests.helpers import family_checks
+  tok = Tokenizer(models.BPE())
+  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+  tok.decoder = decoders.ByteLevel()
+  tok.train_from_iterator(
+      [" ".join(WORDS), "john smith visited paris", "The quick brown fox."] * 4,
+      trainers.BpeTrainer(vocab_size=bpe_size, special_tokens=list(
+          BPE_SPECIALS), initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+  config = family_checks.family_config("modernbert")
+  config.model.vocab_size = tok.get_vocab_size()
+  make = modernbert_family.MODERNBERT.make_model
+  params = jax.device_get(jax.jit(lambda: nnx.to_pure_dict(nnx.state(
+      make(config.model, nnx.Rngs(0)), nnx.Param)))())
+  out = os.path.join(base, "hf")
+  checkpoint_io.save_hf_model(out, params, config.model,
+                              table=modernbert_family.MODERNBERT)
+  tok.save(os.path.join(out, "tokenizer.json"))
+  vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
+  vocab_path = os.path.join(base, "vocab.txt")
+  with open(vocab_path, "w", encoding="utf-8") as f:
+    f.write("".join(token + "\n" for token, _ in vocab))
+  return dict(out=out, vocab_path=vocab_path, config=config)

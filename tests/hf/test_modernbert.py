@@ -121,6 +121,51 @@ def test_export_gives_our_logits_in_pytorch(exported, attn):
                              rtol=1e-4)
 
 
+@pytest.mark.parametrize("config", [
+    dict(hidden_size=64, num_attention_heads=2),  # head size 32
+    dict(hidden_size=64, num_attention_heads=4),  # head size 16
+    {},  # ModernBERT-base: head size 64
+])
+def test_rotary_tables_are_hugging_faces(config):
+  """Our inverse frequencies, bit for bit, are transformers' buffers (full
+  and sliding layers' bases)."""
+  from bert_jax.models import rotary
+  hf = transformers.ModernBertConfig(**config)
+  emb = transformers.models.modernbert.modeling_modernbert.\
+      ModernBertRotaryEmbedding(hf)
+  head = hf.hidden_size // hf.num_attention_heads
+  for layer_type in ("full_attention", "sliding_attention"):
+    theta = hf.rope_parameters[layer_type]["rope_theta"]
+    theirs = getattr(emb, f"{layer_type}_inv_freq").numpy()
+    np.testing.assert_array_equal(rotary.inverse_frequencies(head, theta),
+                                  theirs)
+
+
+def test_export_gives_our_logits_at_4096_tokens(tmp_path):
+  """Rotary angles grow with the position: a table off in the last place
+  shows at thousands of tokens (and, through the global layers' attention,
+  at every position). One 4,096-token row, head size 32, weights at 0.2
+  (at 0.3 float32 noise alone reaches the tolerance over 4,096 keys), at
+  the tolerance of the short rows above."""
+  T4 = 4096
+  config = model_config(max_position_embeddings=T4, num_attention_heads=2)
+  params = random_params(config, scale=0.2, seed=1)
+  out = str(tmp_path / "long")
+  checkpoint_io.save_hf_model(out, params, config,
+                              table=modernbert_family.MODERNBERT)
+  r = np.random.RandomState(2)
+  mask = np.ones((1, T4), np.int32)
+  ids = r.randint(5, config.vocab_size, (1, T4)).astype(np.int32)
+  ours = our_outputs(params, config, ids, mask)["mlm_logits"]
+  model = hf_model(transformers.ModernBertForMaskedLM, out, "sdpa")
+  with torch.no_grad():
+    theirs = model(input_ids=torch.tensor(ids).long(),
+                   attention_mask=torch.tensor(mask).long()).logits.numpy()
+  assert np.abs(theirs).max() > 1.0
+  np.testing.assert_allclose(real(ours, mask), real(theirs, mask), atol=1e-4,
+                             rtol=1e-4)
+
+
 def test_config_json_is_hugging_faces_and_reads_back(exported):
   with open(os.path.join(exported["out"], "config.json")) as f:
     cfg = json.load(f)

@@ -74,7 +74,7 @@ def test_another_tokenizer_path_is_refused_before_writing(source, tmp_path):
   with pytest.raises(ValueError) as e:
     trainer_lib.train_and_evaluate(config, str(workdir))
   assert str(e.value) == (
-      f"data.tokenizer_path={other} is not the tokenizer "
+      f"data.tokenizer_path: {other} is not the tokenizer "
       f"train.init_from={w} was trained with ({w}/tokenizer/vocab.txt "
       "(wordpiece, uncased)): its embeddings would be read with other token "
       "ids. Leave data.tokenizer_path empty to use that one.")
@@ -108,7 +108,7 @@ def test_teacher_and_init_from_with_other_tokenizers(source, tmp_path):
   config.objective.update(name="distil", teacher=other, student_layers=1)
   config.data.update(objective="packed", nsp=False)
   with pytest.raises(ValueError, match=(
-      f"train.init_from={w} and objective.teacher={other} were trained with "
+      f"train.init_from: {w} and objective.teacher={other} were trained with "
       "different tokenizers")):
     start_from.resolve(config, str(tmp_path / "run"))
 
@@ -140,7 +140,7 @@ def test_teacher_of_another_width_names_the_teacher(source):
   with pytest.raises(ValueError) as e:
     config_checks.validate(_distil(w, hidden_size=128), 1)
   assert str(e.value) == (
-      f"objective.teacher={w} has model.hidden_size=64, but the config has "
+      f"objective.teacher: {w} has model.hidden_size=64, but the config has "
       "model.hidden_size=128 (the teacher's architecture, which the "
       "student's derives from); set --config.model.hidden_size=64.")
   config_checks.validate(_distil(w), 1)  # The teacher's width: fine.
@@ -154,7 +154,7 @@ def test_electra_workdir_as_teacher_says_what_it_is(tmp_path):
   with pytest.raises(ValueError) as e:
     config_checks.validate(_distil(w), 1)
   assert str(e.value) == (
-      f"objective.teacher={w} holds the model of a 'electra' run (workdir), "
+      f"objective.teacher: {w} holds the model of a 'electra' run (workdir), "
       "not a BERT: the teacher must be a BERT (a BERT pretraining workdir, "
       "or a BertForPreTraining / BertForMaskedLM directory).")
   assert config_lib.get_config("tiny").objective.teacher == ""
@@ -169,5 +169,80 @@ def test_init_from_of_another_width_is_refused_at_startup(source, tmp_path):
   with pytest.raises(ValueError) as e:
     start_from.resolve(config, str(tmp_path / "run"))
   assert str(e.value) == (
-      f"train.init_from={w} has model.hidden_size=64, but the config has "
+      f"train.init_from: {w} has model.hidden_size=64, but the config has "
       "model.hidden_size=128; set --config.model.hidden_size=64.")
+
+
+@pytest.fixture(scope="module")
+def byte_level(tmp_path_factory):
+  """A ModernBERT directory whose only tokenizer is a byte-level BPE
+  tokenizer.json, and a WordPiece vocab.txt of the same tokens."""
+  return tiny_models.make_byte_level_modernbert_dir(
+      str(tmp_path_factory.mktemp("byte_level")))
+
+
+def test_tokenizer_of_other_ids_than_a_tokenizer_json_is_refused(byte_level,
+                                                                 tmp_path):
+  """The vocab.txt holds the BPE's tokens, but WordPiece splits text into
+  other ids: refused at startup, naming both, nothing written."""
+  from bert_jax.training import trainer as trainer_lib
+  out, vocab = byte_level["out"], byte_level["vocab_path"]
+  config = byte_level["config"].copy_and_resolve_references()
+  config.train.init_from = out
+  config.data.update(tokenizer_type="wordpiece", tokenizer_path=vocab)
+  workdir = tmp_path / "run"
+  with pytest.raises(ValueError) as e:
+    trainer_lib.train_and_evaluate(config, str(workdir))
+  message = str(e.value)
+  assert message.startswith(
+      f"data.tokenizer_path: {vocab} is not the tokenizer train.init_from="
+      f"{out} was trained with ({out}/tokenizer.json, a byte-level BPE): on "
+      "a probe text it gives "), message
+  assert message.endswith("so its embeddings would be read with other token "
+                          "ids."), message
+  assert len(message.splitlines()) == 1
+  assert not workdir.exists()
+
+
+def test_byte_level_source_without_a_tokenizer_path_says_what_it_ships(
+    byte_level, tmp_path):
+  out = byte_level["out"]
+  config = byte_level["config"].copy_and_resolve_references()
+  config.train.init_from = out
+  with pytest.raises(FileNotFoundError) as e:
+    start_from.resolve(config, str(tmp_path / "run"))
+  assert str(e.value).startswith(
+      f"train.init_from: {out} ships only a tokenizer.json (no vocab.txt or "
+      "spiece.model), and its tokenizer.json is a byte-level BPE, which "
+      "bert_jax does not run yet;"), str(e.value)
+
+
+def _minilm_with_tokenizer_json_only(tmp_path):
+  """The real MiniLM directory without its vocab.txt (as transformers 5
+  saves a BERT): config, weights, tokenizer.json and its config."""
+  from bert_jax import pretrained
+  from tests.helpers.checkpoints import minilm_dir
+  src, d = minilm_dir(), tmp_path / "minilm"
+  d.mkdir()
+  for name in ("config.json", "model.safetensors", "tokenizer.json",
+               "tokenizer_config.json"):
+    os.symlink(os.path.join(src, name), d / name)
+  config = helpers.tiny_config(train=dict(init_from=str(d)))
+  config.model.update(pretrained.load_model_config(str(d)).to_dict())
+  return str(d), os.path.join(src, "vocab.txt"), config
+
+
+def test_tokenizer_with_the_ids_of_a_tokenizer_json_is_accepted(tmp_path):
+  """MiniLM's own vocab.txt tokenizes the probe text as its tokenizer.json
+  does: accepted; read cased it gives other ids: refused."""
+  d, vocab, config = _minilm_with_tokenizer_json_only(tmp_path)
+  config.data.update(tokenizer_type="wordpiece", tokenizer_path=vocab,
+                     lower_case=True)
+  assert start_from.resolve(config, str(tmp_path / "run")) is config
+  config.data.lower_case = False
+  with pytest.raises(ValueError, match=(
+      f"data.tokenizer_path: {vocab} is not the tokenizer "
+      f"train.init_from={d} was trained with \\({d}/tokenizer.json, a "
+      "WordPiece\\): on a probe text")):
+    start_from.resolve(config, str(tmp_path / "run"))
+
