@@ -170,7 +170,7 @@ def check_teacher(config) -> None:
   if have != want.name:
     classes = " / ".join(c for _, c in want.pretraining_tables[0].architectures)
     raise ValueError(
-        f"{teacher.field}={path} holds the model of a {source.objective!r} "
+        f"{teacher.field}: {path} holds the model of a {source.objective!r} "
         f"run ({source.kind}), not a {want.title}: the teacher must be a "
         f"{want.title} (a {want.title} pretraining workdir, or a {classes} "
         "directory).")
