@@ -48,31 +48,34 @@ import sys
 import time
 
 import numpy as np
-from absl import app
 from absl import flags
-from ml_collections import config_flags
 
+from bert_jax import cli
 from bert_jax.downstream import finetuning
 
 
-def define_flags():
-  """Defined only when run as a script, so tests can import this module
-  next to bert_jax.cli (which defines --config too). Only --config: the
-  tool writes nothing but its report (no --workdir)."""
-  config_flags.DEFINE_config_file(
-      "config", None, "configs/finetune.py, ner.py or squad.py and overrides.",
-      lock_config=True)
-  flags.DEFINE_integer("rounds", 3, "Alternating rounds (ours, then HF).")
+def define_flags(flag_values, argv=None) -> None:
+  """Defined only when run as a script, so tests can import this module.
+  Only --config: the tool writes nothing but its report (no --workdir)."""
+  define = dict(flag_values=flag_values)
+  cli.define_config("configs/finetune.py, ner.py or squad.py and overrides.",
+                    argv=argv, **define)
+  flags.DEFINE_integer("rounds", 3, "Alternating rounds (ours, then HF).",
+                       **define)
   flags.DEFINE_integer("steps", 0, "Timed steps per side per round; 0: one "
-                       "epoch's batches over all rounds.")
-  flags.DEFINE_integer("warmup", 2, "Untimed steps per side after compiling.")
+                       "epoch's batches over all rounds.", **define)
+  flags.DEFINE_integer("warmup", 2, "Untimed steps per side after compiling.",
+                       **define)
   flags.DEFINE_integer("torch_threads", 0, "torch.set_num_threads (0: torch's "
                        "default). On a loaded machine OpenMP's spinning makes "
-                       "more threads slower; try 1.")
-  flags.DEFINE_string("json", "", "Also write the results to this file.")
-  flags.DEFINE_bool("packed", True, "Also time bert_jax on packed rows.")
+                       "more threads slower; try 1.", **define)
+  flags.DEFINE_string("json", "", "Also write the results to this file.",
+                      **define)
+  flags.DEFINE_bool("packed", True, "Also time bert_jax on packed rows.",
+                    **define)
   flags.DEFINE_integer("packed_batch_size", 0, "Packed rows a step; 0: the "
-                       "rows that hold train.batch_size examples on average.")
+                       "rows that hold train.batch_size examples on average.",
+                       **define)
 
 
 FLAGS = flags.FLAGS
@@ -434,6 +437,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  define_flags()
-  flags.mark_flags_as_required(["config"])
-  app.run(main)
+  cli.run(main, define_flags)

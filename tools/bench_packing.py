@@ -30,26 +30,32 @@ import sys
 import time
 
 import numpy as np
-from absl import app
 from absl import flags
-from ml_collections import config_flags
+
+from bert_jax import cli
 
 
-def define_flags():
-  """Defined only when run as a script, so tests can import this module
-  next to bert_jax.cli (which defines --config and --workdir too)."""
-  config_flags.DEFINE_config_file("config", None,
-                                  "Config file (configs/*.py).")
-  flags.DEFINE_list("seq_lengths", ["128", "512"], "Sequence lengths compared.")
+def define_flags(flag_values, argv=None) -> None:
+  """Defined only when run as a script, so tests can import this module."""
+  define = dict(flag_values=flag_values)
+  cli.define_config("Config file (configs/*.py).", argv=argv, **define)
+  flags.DEFINE_list("seq_lengths", ["128", "512"], "Sequence lengths "
+                    "compared.", **define)
   flags.DEFINE_float("predictions_per_token", 0.16, "max_predictions_per_seq "
-                     "= round(this x seq_length) (BERT: 20/128, 80/512).")
-  flags.DEFINE_integer("batches", 8, "Pipeline batches made per side.")
-  flags.DEFINE_integer("rounds", 3, "Alternating rounds (padded, packed).")
-  flags.DEFINE_integer("steps", 4, "Timed steps per side per round.")
-  flags.DEFINE_integer("warmup", 2, "Untimed steps per side after compiling.")
-  flags.DEFINE_string("workdir", "/tmp/bench_packing", "Tokenizer and demo "
-                      "corpus cache.")
-  flags.DEFINE_string("json", "", "Also write the results to this file.")
+                     "= round(this x seq_length) (BERT: 20/128, 80/512).",
+                     **define)
+  flags.DEFINE_integer("batches", 8, "Pipeline batches made per side.",
+                       **define)
+  flags.DEFINE_integer("rounds", 3, "Alternating rounds (padded, packed).",
+                       **define)
+  flags.DEFINE_integer("steps", 4, "Timed steps per side per round.",
+                       **define)
+  flags.DEFINE_integer("warmup", 2, "Untimed steps per side after compiling.",
+                       **define)
+  cli.define_workdir("Tokenizer and demo corpus cache.",
+                     default="/tmp/bench_packing", **define)
+  flags.DEFINE_string("json", "", "Also write the results to this file.",
+                      **define)
 
 
 FLAGS = flags.FLAGS
@@ -216,6 +222,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  define_flags()
-  flags.mark_flags_as_required(["config"])
-  app.run(main)
+  cli.run(main, define_flags)
