@@ -177,6 +177,7 @@ def row_key(config_path: str, topology: str, mesh_name: str, config) -> tuple:
 
 def check(config_path: str, topology: str, mesh_name: str, config) -> dict:
   from bert_jax import objectives
+  from bert_jax.training import compiled as compiled_lib
   from bert_jax.training import config_checks
   from bert_jax.training import sharding
   from bert_jax.training import steps as steps_lib
@@ -189,9 +190,9 @@ def check(config_path: str, topology: str, mesh_name: str, config) -> dict:
   start = time.time()
   try:
     with programs.context():
-      compiled = programs.train_step.lower(
-          programs.abstract_state,
-          programs.batch_spec(config.train.batch_size)).compile()
+      compiled = compiled_lib.compile_ahead(
+          programs.train_step, programs.abstract_state,
+          programs.batch_spec(config.train.batch_size))
   except Exception as e:  # pylint: disable=broad-except
     oom = out_of_memory(str(e))
     if oom is None:
@@ -212,12 +213,8 @@ def check(config_path: str, topology: str, mesh_name: str, config) -> dict:
         predictions=config.data.max_predictions_per_seq,
         key=list(row_key(config_path, topology, mesh_name, config)))
     return row
-  seconds = time.time() - start
-  mem = compiled.memory_analysis()
-  cost = compiled.cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  xla_flops = float(cost.get("flops", 0.0))
-  hbm_bytes = float(cost.get("bytes accessed", 0.0))
+  mem, cost = compiled.memory, compiled.cost
+  xla_flops, hbm_bytes = cost.flops, cost.bytes_accessed
   model_flops = objectives.train_flops_per_step(config) / len(devices)
   return {
       "config": os.path.splitext(os.path.basename(config_path))[0],
@@ -229,14 +226,14 @@ def check(config_path: str, topology: str, mesh_name: str, config) -> dict:
       "params+opt/chip MB": per_device / MB,
       "replicated MB": total / MB,
       "ratio": per_device / total,
-      "arguments MB": mem.argument_size_in_bytes / MB,
-      "temporaries MB": mem.temp_size_in_bytes / MB,
-      "outputs MB": mem.output_size_in_bytes / MB,
+      "arguments MB": mem.arguments / MB,
+      "temporaries MB": mem.temporaries / MB,
+      "outputs MB": mem.outputs / MB,
       "XLA TFLOP/chip": xla_flops / 1e12,
       "XLA/model": xla_flops / model_flops,
       "HBM GB/chip": hbm_bytes / 1e9,
       **roofline(topology, xla_flops, hbm_bytes, model_flops),
-      "compile s": seconds,
+      "compile s": compiled.seconds,
       "dtype": config.model.dtype,
       "batch": config.train.batch_size,
       "predictions": config.data.max_predictions_per_seq,
