@@ -3,7 +3,8 @@
 Layers, lowest first (docs/architecture.md): config_lib; models; data;
 checkpoints; hf; pretrained; objectives; training; downstream; error_reports
 (where library reports go once a run failed); the modules the commands
-share (cli, export, import_hf); the entry points. A module may import
+share (cli, export, import_hf; benchmarking, the speed tools' harness); the
+entry points. A module may import
 its own layer's package and anything below; nothing imports an entry point.
 An import inside a function is allowed only where it defers a heavy
 dependency (TensorFlow, torch, transformers, libtpu: seconds and hundreds of
@@ -31,7 +32,8 @@ LAYERS = (
     ("bert_jax.training",),
     ("bert_jax.downstream",),
     ("bert_jax.error_reports",),
-    ("bert_jax.cli", "bert_jax.export", "bert_jax.import_hf"),
+    ("bert_jax.cli", "bert_jax.export", "bert_jax.import_hf",
+     "bert_jax.benchmarking"),
     ("bert_jax.main", "bert_jax.finetune", "bert_jax.fill_mask",
      "bert_jax.embed", "bert_jax.zero_shot", "bert_jax.to_hf",
      "bert_jax.from_hf"),

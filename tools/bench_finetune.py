@@ -35,7 +35,7 @@ with gradient clipping and dropout 0.1 on both sides, in one process:
 Both sides' batches are built before timing (input pipelines excluded). After
 warm-up (every bucket compiled, `--warmup` steps each) the two alternate,
 `--steps` steps at a time for `--rounds` rounds (0 steps: one epoch's batches
-split over the rounds), so machine noise hits both. Reports examples/s, real
+split over the rounds), so machine noise hits both (`bert_jax.benchmarking`). Reports examples/s, real
 (non-pad) tokens/s, the fraction of computed positions that were padding and
 the median step time. No accuracy is measured here.
 """
@@ -50,6 +50,7 @@ import time
 import numpy as np
 from absl import flags
 
+from bert_jax import benchmarking
 from bert_jax import cli
 from bert_jax.downstream import finetuning
 
@@ -193,34 +194,23 @@ def packed_config(config, rows, tok, batch_size: int):
 # ==============================================================================
 # The two sides: run(n) -> per-step (seconds, examples, real tokens, positions).
 # ==============================================================================
-class Side:
-  name = ""
+class Side(benchmarking.Side):
+  """Fine-tuning steps on `batches` (host arrays); `mask_key` marks their
+  real tokens."""
 
   def __init__(self, batches, mask_key: str):
-    self.batches, self.i, self.records = batches, 0, []
+    super().__init__(len(batches))
+    self.host_batches = batches
     self.stats = [(int(np.sum(b[mask_key] > 0)), int(np.size(b[mask_key])))
                   for b in batches]
     self.shapes = sorted({tuple(np.shape(b[mask_key])) for b in batches})
-
-  def step(self, k: int):
-    raise NotImplementedError
-
-  def run(self, n: int, record: bool = True):
-    for _ in range(n):
-      k = self.i % len(self.batches)
-      t = time.perf_counter()
-      self.step(k)
-      dt = time.perf_counter() - t
-      if record:
-        rows = int(self.examples(k))
-        self.records.append((dt, rows) + self.stats[k])
-      self.i += 1
 
   def examples(self, k: int) -> int:
     raise NotImplementedError
 
   def summary(self) -> dict:
-    r = np.asarray(self.records, np.float64)
+    r = np.asarray([(dt, self.examples(k)) + self.stats[k]
+                    for dt, k in zip(self.times, self.batches)], np.float64)
     secs = r[:, 0].sum()
     return dict(side=self.name, steps=len(r), seconds=float(secs),
                 examples_per_s=float(r[:, 1].sum() / secs),
@@ -271,8 +261,9 @@ class Ours(Side):
     metrics["loss"].block_until_ready()
 
   def examples(self, k: int) -> int:
-    w = self.batches[k].get("example_weights")
-    return len(self.batches[k]["input_ids"]) if w is None else int(w.sum())
+    w = self.host_batches[k].get("example_weights")
+    return (len(self.host_batches[k]["input_ids"]) if w is None
+            else int(w.sum()))
 
 
 # The Hugging Face class of each objective's model.
@@ -325,7 +316,7 @@ class HuggingFace(Side):
     float(loss.detach())
 
   def examples(self, k: int) -> int:
-    return len(self.batches[k]["input_ids"])
+    return len(self.host_batches[k]["input_ids"])
 
 
 # ==============================================================================
@@ -374,11 +365,7 @@ def benchmark(config, rounds: int, steps: int, warmup: int,
   ours = sides[0]
   hf = HuggingFace(config, spec.num_labels, hf_batches)
   sides.append(hf)
-  for side in sides:
-    side.run(warmup, record=False)
-  for _ in range(rounds):  # Alternate so that noise hits every side alike.
-    for side in sides:
-      side.run(steps)
+  benchmarking.alternate(sides, warmup=warmup, rounds=rounds, steps=steps)
   rows = [side.summary() for side in sides]
   m = config.model
   return dict(

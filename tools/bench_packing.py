@@ -11,7 +11,8 @@ cached in --workdir): `data.packing=False` (one example a row, padded) and
 bert_jax/data/packing.py). Both sides' batches are made by the real input
 pipeline before timing (`--batches` each; the pipeline's own speed is
 tools/bench_input.py's); then the two compiled train steps alternate,
-`--steps` steps each for `--rounds` rounds, after `--warmup` untimed steps.
+`--steps` steps each for `--rounds` rounds, after `--warmup` untimed steps
+(`bert_jax.benchmarking`).
 
 Reported per side: real (non-padding) tokens/s, the packing efficiency of
 its batches (real tokens / row slots), examples/s (pairs or chunks trained
@@ -27,12 +28,23 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 
+import jax
 import numpy as np
 from absl import flags
 
+from bert_jax import benchmarking
 from bert_jax import cli
+from bert_jax import config_lib
+from bert_jax import objectives
+from bert_jax.data import pipeline
+from bert_jax.data import tokenizers
+from bert_jax.models import flops as flops_lib
+from bert_jax.training import compiled
+from bert_jax.training import config_checks
+from bert_jax.training import sharding
+from bert_jax.training import steps as steps_lib
+from bert_jax.training import utilization
 
 
 def define_flags(flag_values, argv=None) -> None:
@@ -70,16 +82,12 @@ def side_config(config, seq_length: int, predictions: int, packing: bool):
   return c
 
 
-class Side:
-  """One config's compiled train step on its pipeline's batches."""
+class Side(benchmarking.Side):
+  """One config's compiled train step on its pipeline's batches; each timed
+  step keeps its work (real tokens, attended pairs, predictions)."""
 
   def __init__(self, name, config, tok, workdir, num_batches):
-    import jax
-
-    from bert_jax.data import pipeline
-    from bert_jax.training import config_checks
-    from bert_jax.training import sharding
-    from bert_jax.training import steps as steps_lib
+    super().__init__(num_batches)
     config_checks.validate(config, jax.device_count(), jax.process_count())
     self.name, self.config = name, config
     it = pipeline.create_train_iterator(config, tok, workdir)
@@ -93,37 +101,23 @@ class Side:
                                            sharding.make_mesh(config.mesh))
     with p.context():
       self.state = p.init()
-      self.batches = [sharding.global_batch(b, p.batch_sharding)
-                      for b in host]
-      t = time.perf_counter()
-      self.step_fn = p.train_step.lower(
-          p.abstract_state, p.batch_spec(config.train.batch_size)).compile()
-      self.compile_seconds = time.perf_counter() - t
-    self.i, self.records, self.work = 0, [], []
+      self.device_batches = [sharding.global_batch(b, p.batch_sharding)
+                             for b in host]
+      self.step_fn = compiled.compile_ahead(
+          p.train_step, p.abstract_state,
+          p.batch_spec(config.train.batch_size))
+    self.compile_seconds = self.step_fn.seconds
 
-  def run(self, n: int, record: bool = True):
-    import jax
-    for _ in range(n):
-      k = self.i % len(self.batches)
-      t = time.perf_counter()
-      self.state, metrics = self.step_fn(self.state, self.batches[k])
-      work = jax.device_get(metrics["work"])
-      dt = time.perf_counter() - t
-      if record:
-        self.records.append((dt, self.real[k], self.slots[k],
-                             self.examples[k]))
-        self.work.append(work)
-      self.i += 1
+  def step(self, k: int):
+    self.state, metrics = self.step_fn(self.state, self.device_batches[k])
+    return jax.device_get(metrics["work"])
 
   def summary(self, peak: float) -> dict:
-    import jax
-
-    from bert_jax import objectives
-    from bert_jax.models import flops as flops_lib
-    from bert_jax.training import utilization
-    r = np.asarray(self.records, np.float64)
+    r = np.asarray([(dt, self.real[k], self.slots[k], self.examples[k])
+                    for dt, k in zip(self.times, self.batches)], np.float64)
     secs = r[:, 0].sum()
-    total = {k: float(sum(w[k] for w in self.work)) for k in self.work[0]}
+    total = {k: float(sum(w[k] for w in self.outputs))
+             for k in self.outputs[0]}
     flops = objectives.train_flops_per_step(self.config, flops_lib.Work(
         total["tokens"], total["attended"], total["predictions"]))
     tflops, mfu = utilization.mfu(flops, secs, jax.device_count(), peak)
@@ -140,11 +134,6 @@ class Side:
 def benchmark(config, seq_lengths, predictions_per_token: float,
               num_batches: int, rounds: int, steps: int, warmup: int,
               workdir: str) -> dict:
-  import jax
-
-  from bert_jax import config_lib
-  from bert_jax.data import tokenizers
-  from bert_jax.training import utilization
   tok = tokenizers.load_tokenizer(config.data, workdir)
   peak, peak_source = utilization.peak_tflops(config.model.dtype,
                                               config.train.peak_tflops)
@@ -154,11 +143,7 @@ def benchmark(config, seq_lengths, predictions_per_token: float,
     sides = [Side(name, side_config(config, t, p, packing), tok, workdir,
                   num_batches)
              for name, packing in (("padded", False), ("packed", True))]
-    for s in sides:
-      s.run(warmup, record=False)
-    for _ in range(rounds):  # Alternate so that noise hits both alike.
-      for s in sides:
-        s.run(steps)
+    benchmarking.alternate(sides, warmup=warmup, rounds=rounds, steps=steps)
     pad, packed = (s.summary(peak) for s in sides)
     rows.append(dict(seq_length=t, max_predictions_per_seq=p, padded=pad,
                      packed=packed, packed_over_padded=packed[
