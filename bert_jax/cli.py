@@ -101,6 +101,19 @@ def define_output(help_string: str, *, flag_values=FLAGS,
     flags.mark_flag_as_required("output", flag_values=flag_values)
 
 
+def define_timing(*, flag_values=FLAGS, steps: int = 3, rounds: int = 3,
+                  warmup: int = 1, steps_help: str = "") -> None:
+  """--steps, --rounds, --warmup of the speed tools: `warmup` untimed steps
+  per side, then `rounds` rounds of `steps` timed steps per side in turn
+  (``bert_jax.benchmarking.alternate``)."""
+  flags.DEFINE_integer("steps", steps, steps_help or "Timed steps per side "
+                       "per round.", flag_values=flag_values)
+  flags.DEFINE_integer("rounds", rounds, "Rounds; the sides take turns in "
+                       "each.", flag_values=flag_values)
+  flags.DEFINE_integer("warmup", warmup, "Untimed steps per side after "
+                       "compiling.", flag_values=flag_values)
+
+
 def define_verbose(*, flag_values=FLAGS) -> None:
   flags.DEFINE_bool("verbose", False, "Print full tracebacks instead of "
                     "one-line errors, and the libraries' INFO lines.",

@@ -61,12 +61,9 @@ def define_flags(flag_values, argv=None) -> None:
   define = dict(flag_values=flag_values)
   cli.define_config("configs/finetune.py, ner.py or squad.py and overrides.",
                     argv=argv, **define)
-  flags.DEFINE_integer("rounds", 3, "Alternating rounds (ours, then HF).",
-                       **define)
-  flags.DEFINE_integer("steps", 0, "Timed steps per side per round; 0: one "
-                       "epoch's batches over all rounds.", **define)
-  flags.DEFINE_integer("warmup", 2, "Untimed steps per side after compiling.",
-                       **define)
+  cli.define_timing(steps=0, rounds=3, warmup=2, steps_help="Timed steps "
+                    "per side per round; 0: one epoch's batches over all "
+                    "rounds.", **define)
   flags.DEFINE_integer("torch_threads", 0, "torch.set_num_threads (0: torch's "
                        "default). On a loaded machine OpenMP's spinning makes "
                        "more threads slower; try 1.", **define)

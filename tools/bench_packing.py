@@ -58,12 +58,7 @@ def define_flags(flag_values, argv=None) -> None:
                      **define)
   flags.DEFINE_integer("batches", 8, "Pipeline batches made per side.",
                        **define)
-  flags.DEFINE_integer("rounds", 3, "Alternating rounds (padded, packed).",
-                       **define)
-  flags.DEFINE_integer("steps", 4, "Timed steps per side per round.",
-                       **define)
-  flags.DEFINE_integer("warmup", 2, "Untimed steps per side after compiling.",
-                       **define)
+  cli.define_timing(steps=4, rounds=3, warmup=2, **define)
   cli.define_workdir("Tokenizer and demo corpus cache.",
                      default="/tmp/bench_packing", **define)
   flags.DEFINE_string("json", "", "Also write the results to this file.",

@@ -59,11 +59,7 @@ def define_flags(flag_values, argv=None) -> None:
                                   "splash"], "Attention kinds (those that "
                     "cannot run on this backend are listed as such).",
                     **define)
-  flags.DEFINE_integer("steps", 3, "Timed steps per cell per round.",
-                       **define)
-  flags.DEFINE_integer("rounds", 3, "Alternating rounds.", **define)
-  flags.DEFINE_integer("warmup", 1, "Untimed steps per cell after compile.",
-                       **define)
+  cli.define_timing(**define)
   flags.DEFINE_bool("json", False, "Print one JSON list.", **define)
 
 

@@ -44,11 +44,7 @@ def define_flags(flag_values, argv=None) -> None:
       "variant", [], "NAME:group.field=VALUE,... e.g. "
       "--variant=fused:model.fused_qkv=True (gather=False: logits at every "
       "position).", **define)
-  flags.DEFINE_integer("steps", 3, "Timed steps per side per round.",
-                       **define)
-  flags.DEFINE_integer("rounds", 3, "Alternating rounds.", **define)
-  flags.DEFINE_integer("warmup", 1, "Untimed steps per side after compile.",
-                       **define)
+  cli.define_timing(**define)
   flags.DEFINE_bool("json", False, "Print one JSON object.", **define)
 
 

@@ -71,12 +71,7 @@ def define_flags(flag_values, argv=None) -> None:
   define = dict(flag_values=flag_values)
   cli.define_config("Config file (configs/*.py) and overrides.", argv=argv,
                     lock_config=False, **define)
-  flags.DEFINE_integer("steps", 3, "Timed steps per side per round.",
-                       **define)
-  flags.DEFINE_integer("rounds", 3, "Alternating rounds (ours, flax, torch).",
-                       **define)
-  flags.DEFINE_integer("warmup", 1, "Untimed steps after compile, each side.",
-                       **define)
+  cli.define_timing(**define)
   flags.DEFINE_bool("compare", False, "Also run HF Flax and PyTorch BERT "
                     "(PyTorch ModernBERT, sparse and dense MLM head, for a "
                     "ModernBERT config).", **define)

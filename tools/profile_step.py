@@ -3,11 +3,12 @@ r"""Where a train step's time goes: per part of the model and per pass.
   python tools/profile_step.py --config configs/modernbert_base.py \
       --config.model.num_hidden_layers=6 --config.data.seq_length=512 \
       --config.data.max_predictions_per_seq=77 --config.train.batch_size=4 \
-      [--steps 3 --warmup 1] [--top 15] [--json FILE] [--trace_dir DIR]
+      [--steps 3 --rounds 1 --warmup 1] [--top 15] [--json FILE] \
+      [--trace_dir DIR]
 
 Compiles the config's train step ahead of time (the trainer's step, on the
-synthetic batches of tools/benchmark.py), times `--steps` steps
-(`bert_jax.benchmarking`), then runs `--steps` more under
+synthetic batches of tools/benchmark.py), times `--rounds` x `--steps`
+steps (`bert_jax.benchmarking`), then runs `--steps` more under
 ``jax.profiler.trace`` and reads the trace: XLA runs the compiled step as a
 sequence of HLO instructions (fusions, dots, copies), each a trace event
 named after its instruction. Every instruction of the optimized HLO carries
@@ -60,10 +61,8 @@ def define_flags(flag_values, argv=None) -> None:
   define = dict(flag_values=flag_values)
   cli.define_config("Config file (configs/*.py) and overrides.", argv=argv,
                     lock_config=False, **define)
-  flags.DEFINE_integer("steps", 3, "Steps timed, then steps traced.",
-                       **define)
-  flags.DEFINE_integer("warmup", 1, "Untimed steps after compiling.",
-                       **define)
+  cli.define_timing(rounds=1, steps_help="Timed steps per round, then "
+                    "steps traced.", **define)
   flags.DEFINE_integer("top", 15, "Instructions listed by time.", **define)
   flags.DEFINE_string("json", "", "Also write the breakdown to this file.",
                       **define)
@@ -291,9 +290,10 @@ def breakdown(hlo: Hlo, times_us: dict[str, float], steps: int) -> dict:
               instructions=rows)
 
 
-def profile(config, steps: int, warmup: int, trace_dir: str = "") -> dict:
+def profile(config, steps: int, warmup: int, trace_dir: str = "",
+            rounds: int = 1) -> dict:
   ours = benchmarking.Ours(config)
-  benchmarking.alternate([ours], warmup=warmup, rounds=1, steps=steps)
+  benchmarking.alternate([ours], warmup=warmup, rounds=rounds, steps=steps)
   wall = benchmarking.stats(ours.times)
   hlo = Hlo(ours.compiled.executable.as_text())
   with tempfile.TemporaryDirectory() as tmp:
@@ -341,7 +341,8 @@ def format_report(r: dict, top: int) -> str:
 
 def main(argv):
   del argv
-  r = profile(FLAGS.config, FLAGS.steps, FLAGS.warmup, FLAGS.trace_dir)
+  r = profile(FLAGS.config, FLAGS.steps, FLAGS.warmup, FLAGS.trace_dir,
+              FLAGS.rounds)
   print(format_report(r, FLAGS.top))
   if FLAGS.json:
     with open(FLAGS.json, "w") as f:
