@@ -1,11 +1,22 @@
-"""What every command-line entry point shares: flags, multi-host start-up,
-quiet libraries and errors as sentences.
+"""What every command-line entry point and tool shares: flags, multi-host
+start-up, quiet libraries and errors as sentences.
 
-`bert_jax.main` (pretraining) and `bert_jax.finetune` define their jobs;
-this module defines `--config`, `--workdir`, the `jax.distributed` flags,
-`--take_over_workdir` and `--verbose`, parses them with config-file and
-override errors turned into one line, and runs a job so that an error the
-user can fix is one `error: ...` line (the traceback behind --verbose).
+Flags are absl flags, and a flag every command shares has one definition
+here, so one spelling and one meaning: `--config` (a config file and its
+`--config.group.field=` overrides), `--workdir`, `--model` (a workdir,
+checkpoint or Hugging Face directory to read), `--step`, `--output`,
+`--verbose`. A command defines its flags in `define_flags(flag_values,
+argv)` and is run one of two ways:
+
+- a job (`bert_jax.main`, `bert_jax.finetune`, the tools that train or
+  time a train step) runs under absl's app with `run(main, define_flags)`:
+  its flags live in absl's FLAGS, its absl log lines reach stderr, and an
+  error the user can fix is one `error: ...` line (the traceback behind
+  --verbose). The pretraining and fine-tuning jobs share `define_job_flags`.
+- a command whose `main(argv) -> int` is also called in process
+  (`bert_jax.fill_mask`, `bert_jax.to_hf`, the data and checking tools)
+  parses into a fresh FlagValues each call with `parse(argv, define_flags,
+  doc)`: two commands whose flags share a name can live in one process.
 """
 
 import functools
@@ -36,34 +47,123 @@ from bert_jax import error_reports
 from bert_jax.checkpoints import reading as checkpoint_reading
 from bert_jax.checkpoints import workdir_lock
 
-config_flags.DEFINE_config_file(
-    "config", None, "Path to a config file in configs/.", lock_config=True)
-flags.DEFINE_string("workdir", None, "Checkpoints, metrics and TensorBoard.")
-flags.DEFINE_enum("distributed", "auto", ["auto", "on", "off"],
-                  "auto: initialize jax.distributed when the environment or "
-                  "the flags below describe several processes.")
-flags.DEFINE_string("coordinator_address", None, "host:port of process 0.")
-flags.DEFINE_integer("num_processes", None, "Total number of processes.")
-flags.DEFINE_integer("process_id", None, "Index of this process.")
-flags.DEFINE_bool("take_over_workdir", False,
-                  "Take over a gs:// (object-store) workdir whose lock names "
-                  "a run on another host that cannot be checked (use only if "
-                  "that run is dead). A local or NFS workdir needs none: a "
-                  "dead run's lock is free, a live run's is never taken.")
-flags.DEFINE_bool("verbose", False,
-                  "Print full tracebacks instead of one-line errors.")
-flags.mark_flags_as_required(["config", "workdir"])
 FLAGS = flags.FLAGS
+
+
+# ------------------------------------------------------------------------------
+# Flags every command shares: one definition each.
+# ------------------------------------------------------------------------------
+def define_config(help_string: str, *, flag_values=FLAGS, argv=None,
+                  required: bool = True, lock_config: bool = True) -> None:
+  """--config FILE and its --config.group.field=VALUE overrides (`argv`:
+  the command line they are read from; None: sys.argv)."""
+  config_flags.DEFINE_config_file("config", None, help_string,
+                                  flag_values=flag_values,
+                                  lock_config=lock_config, sys_argv=argv)
+  if required:
+    flags.mark_flag_as_required("config", flag_values=flag_values)
+
+
+def define_workdir(help_string: str, *, flag_values=FLAGS,
+                   default: str | None = None, required: bool = True) -> None:
+  """--workdir: the directory of a run (required unless it has a default)."""
+  flags.DEFINE_string("workdir", default, help_string, flag_values=flag_values)
+  if required and default is None:
+    flags.mark_flag_as_required("workdir", flag_values=flag_values)
+
+
+def define_model(help_string: str, *, flag_values=FLAGS, required: bool = True,
+                 aliases: tuple[str, ...] = ()) -> None:
+  """--model: the workdir, checkpoint or Hugging Face directory a command
+  reads; `aliases` keep a documented older spelling working."""
+  flags.DEFINE_string("model", None, help_string, flag_values=flag_values)
+  for alias in aliases:
+    flags.DEFINE_alias(alias, "model", flag_values=flag_values)
+  if required:
+    flags.mark_flag_as_required("model", flag_values=flag_values)
+
+
+def define_step(*, flag_values=FLAGS) -> None:
+  """--step: a checkpoint step of a workdir."""
+  flags.DEFINE_integer("step", None, "Checkpoint step of a workdir (default: "
+                       "the latest).", flag_values=flag_values)
+
+
+def define_output(help_string: str, *, flag_values=FLAGS,
+                  default: str | None = None, required: bool = True,
+                  aliases: tuple[str, ...] = ()) -> None:
+  """--output: what a command writes; `aliases` keep a documented older
+  spelling (--out) working."""
+  flags.DEFINE_string("output", default, help_string, flag_values=flag_values)
+  for alias in aliases:
+    flags.DEFINE_alias(alias, "output", flag_values=flag_values)
+  if required and default is None:
+    flags.mark_flag_as_required("output", flag_values=flag_values)
+
+
+def define_timing(*, flag_values=FLAGS, steps: int = 3, rounds: int = 3,
+                  warmup: int = 1, steps_help: str = "") -> None:
+  """--steps, --rounds, --warmup of the speed tools: `warmup` untimed steps
+  per side, then `rounds` rounds of `steps` timed steps per side in turn
+  (``bert_jax.benchmarking.alternate``)."""
+  flags.DEFINE_integer("steps", steps, steps_help or "Timed steps per side "
+                       "per round.", flag_values=flag_values)
+  flags.DEFINE_integer("rounds", rounds, "Rounds; the sides take turns in "
+                       "each.", flag_values=flag_values)
+  flags.DEFINE_integer("warmup", warmup, "Untimed steps per side after "
+                       "compiling.", flag_values=flag_values)
+
+
+def define_verbose(*, flag_values=FLAGS) -> None:
+  flags.DEFINE_bool("verbose", False, "Print full tracebacks instead of "
+                    "one-line errors, and the libraries' INFO lines.",
+                    flag_values=flag_values)
+
+
+def define_distributed(*, flag_values=FLAGS) -> None:
+  """--distributed and the jax.distributed flags of a multi-process job."""
+  flags.DEFINE_enum("distributed", "auto", ["auto", "on", "off"],
+                    "auto: initialize jax.distributed when the environment or "
+                    "--coordinator_address describe several processes.",
+                    flag_values=flag_values)
+  flags.DEFINE_string("coordinator_address", None, "host:port of process 0.",
+                      flag_values=flag_values)
+  flags.DEFINE_integer("num_processes", None, "Total number of processes.",
+                       flag_values=flag_values)
+  flags.DEFINE_integer("process_id", None, "Index of this process.",
+                       flag_values=flag_values)
+
+
+def define_job_flags(flag_values=FLAGS) -> None:
+  """The flags of a training job: --config, --workdir, the jax.distributed
+  flags, --take_over_workdir and --verbose. Every job defines the same ones:
+  defined once however many job modules a process imports."""
+  if "workdir" in flag_values:
+    return
+  define_config("Path to a config file in configs/.", flag_values=flag_values)
+  define_workdir("Checkpoints, metrics and TensorBoard.",
+                 flag_values=flag_values)
+  define_distributed(flag_values=flag_values)
+  flags.DEFINE_bool("take_over_workdir", False,
+                    "Take over a gs:// (object-store) workdir whose lock names "
+                    "a run on another host that cannot be checked (use only if "
+                    "that run is dead). A local or NFS workdir needs none: a "
+                    "dead run's lock is free, a live run's is never taken.",
+                    flag_values=flag_values)
+  define_verbose(flag_values=flag_values)
+
 
 # Environment variables set on Cloud TPU VM slices and by SLURM/MPI launchers.
 _MULTIHOST_ENV = ("TPU_WORKER_HOSTNAMES", "MEGASCALE_COORDINATOR_ADDRESS",
                   "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
 
 
-def _wants_distributed() -> bool:
-  if FLAGS.distributed == "off":
+def wants_distributed(flag_values=FLAGS) -> bool:
+  """Whether --distributed (auto: the environment or --coordinator_address)
+  asks for jax.distributed."""
+  if flag_values.distributed == "off":
     return False
-  if FLAGS.distributed == "on" or FLAGS.coordinator_address:
+  if flag_values.distributed == "on" or flag_values.coordinator_address:
     return True
   hosts = os.environ.get("TPU_WORKER_HOSTNAMES", "")
   if "," in hosts:
@@ -73,7 +173,7 @@ def _wants_distributed() -> bool:
 
 
 def initialize_distributed() -> None:
-  if not _wants_distributed():
+  if not wants_distributed():
     return
   kwargs = {}
   if FLAGS.coordinator_address:
@@ -179,7 +279,7 @@ def _from_orbax(record) -> bool:
 # Errors as sentences: one line for the user, the traceback behind --verbose.
 # ------------------------------------------------------------------------------
 def _verbose(argv=None) -> bool:
-  if FLAGS.is_parsed():
+  if FLAGS.is_parsed() and "verbose" in FLAGS:
     return FLAGS.verbose
   return any(a in ("--verbose", "--verbose=true", "--verbose=True")
              for a in (argv or sys.argv))
@@ -196,7 +296,7 @@ def _fail(message: str, argv=None):
 def _last_line(line: str) -> None:
   """`line` last on stderr: later reports of libraries go to the details
   file (error_reports.finish)."""
-  error_reports.finish(line, verbose=FLAGS.is_parsed() and FLAGS.verbose)
+  error_reports.finish(line, verbose=_verbose())
 
 
 def _flag_value(argv, name: str) -> str | None:
@@ -230,26 +330,62 @@ def _override_error(argv, e: Exception) -> str:
           "in bert_jax/config_lib.py.")
 
 
-def parse_flags(argv):
-  """absl flag parsing, with config-file and override errors as sentences."""
+def _parse_into(flag_values, argv, help_flag: str) -> list[str]:
+  """absl flag parsing, with config-file and override errors as sentences;
+  returns the arguments that are not flags (the program name first)."""
   try:
-    rest = FLAGS(argv)
+    rest = flag_values(argv)
   except flags.Error as e:
-    _fail(f"{e}. Run with --helpfull for the flags.", argv)
+    _fail(f"{str(e).rstrip('.')}. Run with {help_flag} for the flags.", argv)
   except (AttributeError, KeyError) as e:  # --config.group.misspelled=...
     _fail(_override_error(argv, e), argv)
   except (OSError, ValueError, TypeError) as e:
     _fail(f"{_first_line(e)}", argv)
-  try:
-    getattr(FLAGS.config, "to_dict")  # Raises here if the file did not load.
-  except OSError:
-    _fail(_config_load_error(argv), argv)
+  if "config" in flag_values and _flag_value(argv, "config") is not None:
+    try:
+      getattr(flag_values.config, "to_dict")  # Raises if the file did not load.
+    except OSError:
+      _fail(_config_load_error(argv), argv)
   try:  # file:///dir -> /dir: one path form for the lock, Orbax and TF.
-    if FLAGS.workdir:
-      FLAGS.workdir = checkpoint_reading.local_path(FLAGS.workdir)
+    if "workdir" in flag_values and flag_values.workdir:
+      flag_values.workdir = checkpoint_reading.local_path(flag_values.workdir)
   except ValueError as e:
     _fail(f"--workdir: {e}", argv)
   return rest
+
+
+def parse_flags(argv):
+  """absl's FLAGS parsed from `argv`, errors as sentences (app.run's
+  flags_parser)."""
+  return _parse_into(FLAGS, argv, "--helpfull")
+
+
+_HELP = ("--help", "-h", "--helpfull", "--helpshort")
+
+
+def parse(argv, define, doc: str, *, positional: bool = False):
+  """The flags `define(flag_values, argv)` defines, on a fresh FlagValues,
+  parsed from `argv` (the arguments after the program name; None:
+  sys.argv's). Returns (flag values, positional arguments). --help prints
+  `doc` and the flags; a wrong flag, a missing required one, or a positional
+  argument to a command that takes none (`positional` False), is one
+  `error: ...` line and exit 1."""
+  prog = os.path.basename(sys.argv[0]) if sys.argv else "bert_jax"
+  argv = [prog] + list(sys.argv[1:] if argv is None else argv)
+  flag_values = flags.FlagValues()
+  define(flag_values, argv)
+  if any(a in _HELP for a in argv[1:]):
+    print(doc.strip() + "\n\nflags:")
+    for name in sorted(flag_values):
+      flag = flag_values[name]
+      default = "" if flag.default is None else f" (default: {flag.default!r})"
+      print(f"  --{name}: {flag.help}{default}")
+    sys.exit(0)
+  args = _parse_into(flag_values, argv, "--help")[1:]
+  if args and not positional:
+    _fail(f"unexpected argument {args[0]!r}: this command takes flags only. "
+          "Run with --help for the flags.", argv)
+  return flag_values, args
 
 
 def _first_line(e: BaseException) -> str:
@@ -259,7 +395,7 @@ def _first_line(e: BaseException) -> str:
 
 def _unexpected(e: Exception):
   """A bug or an unforeseen fault: one line, the traceback in a file."""
-  if FLAGS.verbose:
+  if _verbose():
     raise  # pylint: disable=misplaced-bare-raise
   path = error_reports.append(traceback.format_exc())
   logging.error("%s: %s (traceback in %s)", type(e).__name__, _first_line(e),
@@ -298,7 +434,7 @@ def _interrupted():
   first before training started): one line naming the checkpoint a rerun
   resumes from, exit 130. The job's cleanup (waiting for a save in flight,
   the workdir lock) has run by now."""
-  if FLAGS.is_parsed() and FLAGS.verbose:
+  if _verbose():
     raise  # pylint: disable=misplaced-bare-raise
   signal.signal(signal.SIGINT, signal.SIG_IGN)  # Exiting now: no more of it.
   kept = "no checkpoint was saved"
@@ -325,7 +461,7 @@ def call(job):
           workdir_lock.WorkdirInUseError) as e:
     if _interrupted_by_user(e):
       _interrupted()
-    if FLAGS.verbose:
+    if _verbose():
       raise
     logging.error("%s (later library messages: %s)", e,
                   error_reports.details_path())
@@ -344,7 +480,11 @@ def _exit_at_once(signum, frame):
   os._exit(INTERRUPTED_EXIT)  # pylint: disable=protected-access
 
 
-def run(main):
+def run(main, define=None):
+  """Run a job: `define(FLAGS, sys.argv)`'s flags (if given) on absl's
+  FLAGS, then `main` under absl's app."""
+  if define is not None:
+    define(FLAGS, sys.argv)
   try:
     app.run(main, flags_parser=parse_flags)
   except KeyboardInterrupt:  # Outside `call`: flag parsing, the last print.

@@ -14,36 +14,40 @@ max_position_embeddings), so XLA compiles once per length in use, never per
 batch. The outputs are streamed: memory does not grow with the input.
 """
 
-import argparse
 import os
 import sys
 
+from absl import flags
+
+from bert_jax import cli
 from bert_jax.downstream import embeddings
 from bert_jax.hf import mapping
 
 
+def define_flags(flag_values, argv=None) -> None:
+  del argv  # No --config here.
+  cli.define_model("Training workdir, HF BERT directory or imported "
+                   "directory.", flag_values=flag_values)
+  cli.define_step(flag_values=flag_values)
+  cli.define_output("Output .npy [N, H].", flag_values=flag_values)
+  define = dict(flag_values=flag_values)
+  flags.DEFINE_enum("pooling", "cls", embeddings.POOLINGS, "Vector of a "
+                    "sentence: its [CLS] position or the mean of its tokens.",
+                    **define)
+  flags.DEFINE_integer("layer", -1, "Hidden state index: 0 embeddings, -1 "
+                       "last layer.", **define)
+  flags.DEFINE_string("input", None, "Text file, one sentence per line.",
+                      **define)
+  flags.mark_flag_as_required("input", flag_values=flag_values)
+  flags.DEFINE_string("per_token", None, "Also write per-token vectors and "
+                      "tokens (.npz).", **define)
+  flags.DEFINE_integer("batch_size", 32, "Sentences per batch.", **define)
+  flags.DEFINE_integer("max_length", None, "Truncate longer texts (default: "
+                       "the model's max_position_embeddings).", **define)
+
+
 def main(argv: list[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(
-      prog="python -m bert_jax.embed",
-      description="Write one contextual vector per input line (.npy).")
-  parser.add_argument("--model", required=True,
-                      help="Training workdir, HF BERT directory or imported "
-                      "directory.")
-  parser.add_argument("--step", type=int, default=None,
-                      help="Checkpoint step of a workdir (default: latest).")
-  parser.add_argument("--pooling", choices=embeddings.POOLINGS, default="cls")
-  parser.add_argument("--layer", type=int, default=-1,
-                      help="Hidden state index: 0 embeddings, -1 last layer.")
-  parser.add_argument("--input", required=True,
-                      help="Text file, one sentence per line.")
-  parser.add_argument("--output", required=True, help="Output .npy [N, H].")
-  parser.add_argument("--per_token", default=None,
-                      help="Also write per-token vectors and tokens (.npz).")
-  parser.add_argument("--batch_size", type=int, default=32)
-  parser.add_argument("--max_length", type=int, default=None,
-                      help="Truncate longer texts (default: the model's "
-                      "max_position_embeddings).")
-  args = parser.parse_args(argv)
+  args, _ = cli.parse(argv, define_flags, __doc__)
   try:
     embeddings.check_input(args.input)
     loaded = embeddings.load_model(args.model, args.step)

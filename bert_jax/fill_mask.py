@@ -15,28 +15,33 @@ a list of {score, token, token_str, sequence} per mask (a list of such lists
 when the text has several masks).
 """
 
-import argparse
 import json
 import sys
 from typing import Any
 
+from absl import flags
+
+from bert_jax import cli
 from bert_jax.downstream import mask_filling
 
 
+def define_flags(flag_values, argv=None) -> None:
+  del argv  # No --config here.
+  cli.define_model("Training workdir, HF directory, or converted dir.",
+                   flag_values=flag_values)
+  cli.define_step(flag_values=flag_values)
+  flags.DEFINE_integer("top_k", 5, "Predictions per [MASK].",
+                       flag_values=flag_values)
+  flags.DEFINE_bool("json", False, "Print the HF pipeline-shaped list as "
+                    "JSON.", flag_values=flag_values)
+
+
 def main(argv: list[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(
-      prog="python -m bert_jax.fill_mask",
-      description="Predict the [MASK] tokens of a text with a BERT model.")
-  parser.add_argument("--model", required=True,
-                      help="Training workdir, HF directory, or converted dir.")
-  parser.add_argument("--step", type=int, default=None,
-                      help="Checkpoint step of a workdir (default: latest).")
-  parser.add_argument("--top_k", type=int, default=5)
-  parser.add_argument("--json", action="store_true",
-                      help="Print the HF pipeline-shaped list as JSON.")
-  parser.add_argument("text", nargs="+", help="Text with [MASK] tokens.")
-  args = parser.parse_args(argv)
-  texts = args.text
+  args, texts = cli.parse(argv, define_flags, __doc__, positional=True)
+  if not texts:
+    print("error: give the text with [MASK] tokens after the flags.",
+          file=sys.stderr)
+    return 1
   try:
     runner = mask_filling.FillMask(*mask_filling.load(args.model, args.step))
     outputs: list[Any] = [runner(t, args.top_k) for t in texts]

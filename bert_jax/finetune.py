@@ -25,6 +25,7 @@ from absl import flags
 from bert_jax import cli
 from bert_jax.downstream import finetuning
 
+cli.define_job_flags()
 flags.DEFINE_list("sweep_learning_rates", [], "e.g. 2e-5,3e-5,5e-5")
 flags.DEFINE_list("sweep_seeds", [], "e.g. 0,1,2")
 FLAGS = cli.FLAGS

@@ -9,6 +9,7 @@ Overrides: ``--config.train.num_steps=20``. Multi-host: on Cloud TPU VMs
 from bert_jax import cli
 from bert_jax.training import trainer as trainer_lib
 
+cli.define_job_flags()
 FLAGS = cli.FLAGS
 
 

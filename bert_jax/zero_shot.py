@@ -12,37 +12,44 @@ long for the model is cut (its end, longest of text/text_b first) so the
 template around it, [MASK] included, always survives.
 """
 
-import argparse
 import json
 import sys
 
+from absl import flags
+
+from bert_jax import cli
 from bert_jax.downstream import cloze
 
 
+def define_flags(flag_values, argv=None) -> None:
+  del argv  # No --config here.
+  cli.define_model("Training workdir, HF BERT directory with an MLM head, or "
+                   "imported directory.", flag_values=flag_values)
+  cli.define_step(flag_values=flag_values)
+  define = dict(flag_values=flag_values)
+  flags.DEFINE_string("input", None, ".csv, .tsv or .jsonl", **define)
+  flags.DEFINE_string("template", None, 'e.g. "{text} It was [MASK]."',
+                      **define)
+  flags.DEFINE_string("verbalizer", None, "One word per label: "
+                      "'terrible,great' (labels from --labels) or "
+                      "'neg:terrible,pos:great'.", **define)
+  flags.mark_flags_as_required(["input", "template", "verbalizer"],
+                               flag_values=flag_values)
+  flags.DEFINE_string("labels", None, "Labels for a plain word list "
+                      "(default 0,1,...).", **define)
+  flags.DEFINE_string("text_field", "text", "Field of the text.", **define)
+  flags.DEFINE_string("text_b_field", None, "Field of the second text.",
+                      **define)
+  flags.DEFINE_string("label_field", "label", "Field of the label.", **define)
+  flags.DEFINE_integer("batch_size", 32, "Examples per batch.", **define)
+  flags.DEFINE_integer("max_length", None, "Truncate longer texts (default: "
+                       "the model's max_position_embeddings).", **define)
+  flags.DEFINE_string("predictions", None, "Write per-example predictions "
+                      "and scores (.jsonl).", **define)
+
+
 def main(argv: list[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(
-      prog="python -m bert_jax.zero_shot",
-      description="Zero-shot cloze classification with the MLM head.")
-  parser.add_argument("--model", required=True,
-                      help="Training workdir, HF BERT directory with an MLM "
-                      "head, or imported directory.")
-  parser.add_argument("--step", type=int, default=None)
-  parser.add_argument("--input", required=True, help=".csv, .tsv or .jsonl")
-  parser.add_argument("--template", required=True,
-                      help='e.g. "{text} It was [MASK]."')
-  parser.add_argument("--verbalizer", required=True,
-                      help="One word per label: 'terrible,great' (labels "
-                      "from --labels) or 'neg:terrible,pos:great'.")
-  parser.add_argument("--labels", default=None,
-                      help="Labels for a plain word list (default 0,1,...).")
-  parser.add_argument("--text_field", default="text")
-  parser.add_argument("--text_b_field", default=None)
-  parser.add_argument("--label_field", default="label")
-  parser.add_argument("--batch_size", type=int, default=32)
-  parser.add_argument("--max_length", type=int, default=None)
-  parser.add_argument("--predictions", default=None,
-                      help="Write per-example predictions and scores (.jsonl).")
-  args = parser.parse_args(argv)
+  args, _ = cli.parse(argv, define_flags, __doc__)
   try:
     cloze.check_template(args.template)
     verbalizer = cloze.parse_verbalizer(args.verbalizer)

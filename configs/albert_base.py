@@ -7,7 +7,7 @@ Run (demo corpus, tokenizer trained and cached in the workdir):
   python -m bert_jax.main --config configs/albert_base.py --workdir /tmp/albert
 Shrink for a CPU smoke run, e.g. --config.train.batch_size=16
 --config.data.seq_length=128 --config.train.num_steps=30.
-Export: tools/convert_to_hf.py writes AlbertForPreTraining (table:
+Export: python -m bert_jax.to_hf writes AlbertForPreTraining (table:
 bert_jax/hf/families.py).
 """
 

@@ -10,7 +10,7 @@ Published schedule: 1M steps (ELECTRA-Small GLUE dev 79.9 after 1M steps of
 batch 128 on Wikipedia + BooksCorpus). Differences from the TF code: the
 learning rate decays linearly from the end of warmup (TF: polynomial decay
 from step 0 times a warmup ramp) and AdamW has bias correction.
-The Hugging Face export is ``tools/convert_to_hf.py`` (discriminator/ and
+The Hugging Face export is ``python -m bert_jax.to_hf`` (discriminator/ and
 generator/ subdirectories).
 """
 

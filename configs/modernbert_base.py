@@ -19,7 +19,7 @@ With the context extension (steps at 1,024, then at 8,192 and theta 160k):
     'batch_size': 1, 'model': {'global_rope_theta': 160000.0}})"
   (objectives.modernbert.context_extension_phases builds the same tuple).
 Published: 1.7T tokens at 1,024, then 250B at 8,192 and a decay. Export:
-  python tools/convert_to_hf.py --workdir /tmp/mb --output /tmp/mb_hf
+  python -m bert_jax.to_hf --workdir /tmp/mb --output /tmp/mb_hf
 """
 
 from bert_jax.objectives import modernbert

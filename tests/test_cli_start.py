@@ -68,8 +68,7 @@ def test_cpu_start_prints_no_cuda_or_backend_probe(first_run):
 
 def test_export_prints_only_what_it_wrote_unless_verbose(first_run, tmp_path):
   assert first_run["proc"].returncode == 0
-  cmd = [sys.executable, os.path.join(REPO, "tools", "convert_to_hf.py"),
-         str(first_run["workdir"])]
+  cmd = [sys.executable, "-m", "bert_jax.to_hf", str(first_run["workdir"])]
   quiet = subprocess.run(cmd + [str(tmp_path / "hf")], cwd=REPO,
                          env=_user_env(), capture_output=True, text=True,
                          timeout=300)

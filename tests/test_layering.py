@@ -2,10 +2,11 @@
 
 Layers, lowest first (docs/architecture.md): config_lib; models; data;
 checkpoints; hf; objectives; families; tasks; compose; pretrained;
-training; downstream; error_reports
-(where library reports go once a run failed); the modules every entry point
-shares (cli, export); the entry points. A module may import
-its own layer's package and anything below; nothing imports an entry point.
+training; downstream; error_reports (where library reports go once a run
+failed); the modules the commands share (cli, export, import_hf;
+benchmarking, the speed tools' harness); the entry points. A module may
+import its own layer's package and anything below; nothing imports an entry
+point.
 An import inside a function is allowed only where it defers a heavy
 dependency (TensorFlow, torch, transformers, libtpu: seconds and hundreds of
 MB at import), directly or through a module of ours that imports one at
@@ -35,9 +36,11 @@ LAYERS = (
     ("bert_jax.training",),
     ("bert_jax.downstream",),
     ("bert_jax.error_reports",),
-    ("bert_jax.cli", "bert_jax.export"),
+    ("bert_jax.cli", "bert_jax.export", "bert_jax.import_hf",
+     "bert_jax.benchmarking"),
     ("bert_jax.main", "bert_jax.finetune", "bert_jax.fill_mask",
-     "bert_jax.embed", "bert_jax.zero_shot"),
+     "bert_jax.embed", "bert_jax.zero_shot", "bert_jax.to_hf",
+     "bert_jax.from_hf"),
 )
 ENTRY_POINTS = LAYERS[-1]
 # Third-party packages worth deferring to the function that needs them.

@@ -35,7 +35,7 @@ with gradient clipping and dropout 0.1 on both sides, in one process:
 Both sides' batches are built before timing (input pipelines excluded). After
 warm-up (every bucket compiled, `--warmup` steps each) the two alternate,
 `--steps` steps at a time for `--rounds` rounds (0 steps: one epoch's batches
-split over the rounds), so machine noise hits both. Reports examples/s, real
+split over the rounds), so machine noise hits both (`bert_jax.benchmarking`). Reports examples/s, real
 (non-pad) tokens/s, the fraction of computed positions that were padding and
 the median step time. No accuracy is measured here.
 """
@@ -48,31 +48,32 @@ import sys
 import time
 
 import numpy as np
-from absl import app
 from absl import flags
-from ml_collections import config_flags
 
+from bert_jax import benchmarking
+from bert_jax import cli
 from bert_jax.downstream import finetuning
 
 
-def define_flags():
-  """Defined only when run as a script, so tests can import this module
-  next to bert_jax.cli (which defines --config too). Only --config: the
-  tool writes nothing but its report (no --workdir)."""
-  config_flags.DEFINE_config_file(
-      "config", None, "configs/finetune.py, ner.py or squad.py and overrides.",
-      lock_config=True)
-  flags.DEFINE_integer("rounds", 3, "Alternating rounds (ours, then HF).")
-  flags.DEFINE_integer("steps", 0, "Timed steps per side per round; 0: one "
-                       "epoch's batches over all rounds.")
-  flags.DEFINE_integer("warmup", 2, "Untimed steps per side after compiling.")
+def define_flags(flag_values, argv=None) -> None:
+  """Defined only when run as a script, so tests can import this module.
+  Only --config: the tool writes nothing but its report (no --workdir)."""
+  define = dict(flag_values=flag_values)
+  cli.define_config("configs/finetune.py, ner.py or squad.py and overrides.",
+                    argv=argv, **define)
+  cli.define_timing(steps=0, rounds=3, warmup=2, steps_help="Timed steps "
+                    "per side per round; 0: one epoch's batches over all "
+                    "rounds.", **define)
   flags.DEFINE_integer("torch_threads", 0, "torch.set_num_threads (0: torch's "
                        "default). On a loaded machine OpenMP's spinning makes "
-                       "more threads slower; try 1.")
-  flags.DEFINE_string("json", "", "Also write the results to this file.")
-  flags.DEFINE_bool("packed", True, "Also time bert_jax on packed rows.")
+                       "more threads slower; try 1.", **define)
+  flags.DEFINE_string("json", "", "Also write the results to this file.",
+                      **define)
+  flags.DEFINE_bool("packed", True, "Also time bert_jax on packed rows.",
+                    **define)
   flags.DEFINE_integer("packed_batch_size", 0, "Packed rows a step; 0: the "
-                       "rows that hold train.batch_size examples on average.")
+                       "rows that hold train.batch_size examples on average.",
+                       **define)
 
 
 FLAGS = flags.FLAGS
@@ -190,34 +191,23 @@ def packed_config(config, rows, tok, batch_size: int):
 # ==============================================================================
 # The two sides: run(n) -> per-step (seconds, examples, real tokens, positions).
 # ==============================================================================
-class Side:
-  name = ""
+class Side(benchmarking.Side):
+  """Fine-tuning steps on `batches` (host arrays); `mask_key` marks their
+  real tokens."""
 
   def __init__(self, batches, mask_key: str):
-    self.batches, self.i, self.records = batches, 0, []
+    super().__init__(len(batches))
+    self.host_batches = batches
     self.stats = [(int(np.sum(b[mask_key] > 0)), int(np.size(b[mask_key])))
                   for b in batches]
     self.shapes = sorted({tuple(np.shape(b[mask_key])) for b in batches})
-
-  def step(self, k: int):
-    raise NotImplementedError
-
-  def run(self, n: int, record: bool = True):
-    for _ in range(n):
-      k = self.i % len(self.batches)
-      t = time.perf_counter()
-      self.step(k)
-      dt = time.perf_counter() - t
-      if record:
-        rows = int(self.examples(k))
-        self.records.append((dt, rows) + self.stats[k])
-      self.i += 1
 
   def examples(self, k: int) -> int:
     raise NotImplementedError
 
   def summary(self) -> dict:
-    r = np.asarray(self.records, np.float64)
+    r = np.asarray([(dt, self.examples(k)) + self.stats[k]
+                    for dt, k in zip(self.times, self.batches)], np.float64)
     secs = r[:, 0].sum()
     return dict(side=self.name, steps=len(r), seconds=float(secs),
                 examples_per_s=float(r[:, 1].sum() / secs),
@@ -268,8 +258,9 @@ class Ours(Side):
     metrics["loss"].block_until_ready()
 
   def examples(self, k: int) -> int:
-    w = self.batches[k].get("example_weights")
-    return len(self.batches[k]["input_ids"]) if w is None else int(w.sum())
+    w = self.host_batches[k].get("example_weights")
+    return (len(self.host_batches[k]["input_ids"]) if w is None
+            else int(w.sum()))
 
 
 # The Hugging Face class of each objective's model.
@@ -322,7 +313,7 @@ class HuggingFace(Side):
     float(loss.detach())
 
   def examples(self, k: int) -> int:
-    return len(self.batches[k]["input_ids"])
+    return len(self.host_batches[k]["input_ids"])
 
 
 # ==============================================================================
@@ -371,11 +362,7 @@ def benchmark(config, rounds: int, steps: int, warmup: int,
   ours = sides[0]
   hf = HuggingFace(config, spec.num_labels, hf_batches)
   sides.append(hf)
-  for side in sides:
-    side.run(warmup, record=False)
-  for _ in range(rounds):  # Alternate so that noise hits every side alike.
-    for side in sides:
-      side.run(steps)
+  benchmarking.alternate(sides, warmup=warmup, rounds=rounds, steps=steps)
   rows = [side.summary() for side in sides]
   m = config.model
   return dict(
@@ -434,6 +421,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  define_flags()
-  flags.mark_flags_as_required(["config"])
-  app.run(main)
+  cli.run(main, define_flags)

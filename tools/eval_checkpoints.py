@@ -4,7 +4,7 @@ r"""Downstream score against pretraining step: does more pretraining still pay?
       --config configs/finetune.py [--every K] \
       --config.task.name=mytask --config.task.train_file=train.csv \
       --config.task.validation_file=dev.csv --config.task.text_field=text \
-      --out OUT
+      --output OUT
 
 Fine-tunes (bert_jax.finetune.run, the same config and seed every time) from
 each committed checkpoint of the pretraining workdir, or from every K-th one
@@ -24,7 +24,6 @@ import os
 import sys
 
 import ml_collections
-from absl import app
 from absl import flags
 
 from bert_jax import cli
@@ -149,19 +148,24 @@ def svg_plot(xs, ys, title: str, width: int = 480, height: int = 320) -> str:
 # ==============================================================================
 # Command line.
 # ==============================================================================
-# --config (configs/finetune.py and its overrides) and --workdir are the
-# flags every entry point shares (bert_jax.cli); here --workdir names the
-# pretraining run.
-flags.FLAGS["workdir"].help = "The pretraining workdir to sweep."
-flags.DEFINE_string("out", None, "Output directory (one subdir per step).")
-flags.DEFINE_integer("every", 1, "Every K-th saved step, newest included.")
-FLAGS = cli.FLAGS
+def define_flags(flag_values, argv=None) -> None:
+  """A fine-tuning job's flags (--config: configs/finetune.py and its
+  overrides), --workdir naming the pretraining run to sweep."""
+  cli.define_job_flags(flag_values)
+  flag_values["workdir"].help = "The pretraining workdir to sweep."
+  cli.define_output("Output directory (one subdir per step).",
+                    flag_values=flag_values, aliases=("out",))
+  flags.DEFINE_integer("every", 1, "Every K-th saved step, newest included.",
+                       flag_values=flag_values)
+
+
+FLAGS = flags.FLAGS
 
 
 def main(argv):
   del argv
   try:
-    sweep = sweep_checkpoints(FLAGS.config, FLAGS.workdir, FLAGS.out,
+    sweep = sweep_checkpoints(FLAGS.config, FLAGS.workdir, FLAGS.output,
                               FLAGS.every)
   except (ValueError, FileNotFoundError, FloatingPointError) as e:
     print(f"error: {e}", file=sys.stderr)
@@ -171,10 +175,9 @@ def main(argv):
           "saved, no sweep yet; run the same command to resume.")
     return
   print(format_table(sweep))
-  print(f"Wrote {os.path.join(FLAGS.out, SWEEP_FILE)} and "
-        f"{write_plot(sweep, FLAGS.out)}")
+  print(f"Wrote {os.path.join(FLAGS.output, SWEEP_FILE)} and "
+        f"{write_plot(sweep, FLAGS.output)}")
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["config", "workdir", "out"])
-  app.run(main)
+  cli.run(main, define_flags)

@@ -1,10 +1,10 @@
 r"""BERT, ELECTRA, ALBERT, DistilBERT and ModernBERT pretrained with equal
 training FLOPs.
 
-  python tools/family_efficiency.py --out /tmp/family_eff \
+  python tools/family_efficiency.py --output /tmp/family_eff \
       --budget_pflops=0.025 [--families=bert,electra,albert,distil] \
       [--seeds=0,1,2] [--layers=12 --hidden=256 --embedding=128]
-  python tools/family_efficiency.py --out /tmp/family_eff \
+  python tools/family_efficiency.py --output /tmp/family_eff \
       --families=bert,modernbert     # ModernBERT against BERT
 
 For each family: a config of comparable size on configs/demo.py's data
@@ -28,7 +28,7 @@ no NSP, no dropout (its recipe), its 128-token window (wider than the demo's
 --learning_rate, warmup 10% of its steps, linear decay, float32; dropout
 0.1 except ModernBERT's.
 
-Rerunning with the same --out skips every finished run (a pretraining whose
+Rerunning with the same --output skips every finished run (a pretraining whose
 final checkpoint exists, a fine-tuning with results.json) and resumes an
 unfinished pretraining from its last checkpoint.
 """
@@ -42,11 +42,12 @@ import subprocess
 import sys
 import time
 
-from absl import app
 from absl import flags
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bert_jax import cli
 from bert_jax import objectives
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 FAMILIES = ("bert", "electra", "albert", "distil", "modernbert")
 RESULTS_FILE = "family_efficiency.json"
@@ -55,22 +56,30 @@ TASK = dict(name="pydoc_topics", text_field="text")
 FLAGS = flags.FLAGS
 
 
-def define_flags() -> None:
-  """Flags of the command line only (tests import this module beside other
-  tools that define --out)."""
-  flags.DEFINE_string("out", "/tmp/family_eff", "Output directory.")
-  flags.DEFINE_float("budget_pflops", 0.025, "Training PFLOPs per family.")
-  flags.DEFINE_list("families", list(FAMILIES), "Families, in run order.")
-  flags.DEFINE_list("seeds", ["0", "1", "2"], "Fine-tuning seeds.")
-  flags.DEFINE_integer("layers", 12, "Encoder layers (the student: half).")
-  flags.DEFINE_integer("hidden", 256, "Hidden size (heads of 64).")
-  flags.DEFINE_integer("embedding", 128, "E of ELECTRA and ALBERT.")
-  flags.DEFINE_float("learning_rate", 5e-4, "Pretraining peak learning rate.")
+def define_flags(flag_values, argv=None) -> None:
+  """Flags of the command line only (tests import this module)."""
+  del argv  # No --config here: the configs are configs/demo.py's.
+  define = dict(flag_values=flag_values)
+  cli.define_output("Output directory.", default="/tmp/family_eff",
+                    aliases=("out",), **define)
+  flags.DEFINE_float("budget_pflops", 0.025, "Training PFLOPs per family.",
+                     **define)
+  flags.DEFINE_list("families", list(FAMILIES), "Families, in run order.",
+                    **define)
+  flags.DEFINE_list("seeds", ["0", "1", "2"], "Fine-tuning seeds.", **define)
+  flags.DEFINE_integer("layers", 12, "Encoder layers (the student: half).",
+                       **define)
+  flags.DEFINE_integer("hidden", 256, "Hidden size (heads of 64).", **define)
+  flags.DEFINE_integer("embedding", 128, "E of ELECTRA and ALBERT.", **define)
+  flags.DEFINE_float("learning_rate", 5e-4, "Pretraining peak learning rate.",
+                     **define)
   flags.DEFINE_string("teacher", "", "DistilBERT's teacher workdir (default: "
-                      "the bert row's).")
-  flags.DEFINE_integer("ft_epochs", 2, "Fine-tuning epochs.")
-  flags.DEFINE_float("ft_learning_rate", 1e-4, "Fine-tuning learning rate.")
-  flags.DEFINE_bool("dry_run", False, "Print the plan (steps, FLOPs) only.")
+                      "the bert row's).", **define)
+  flags.DEFINE_integer("ft_epochs", 2, "Fine-tuning epochs.", **define)
+  flags.DEFINE_float("ft_learning_rate", 1e-4, "Fine-tuning learning rate.",
+                     **define)
+  flags.DEFINE_bool("dry_run", False, "Print the plan (steps, FLOPs) only.",
+                    **define)
 
 
 # ==============================================================================
@@ -289,7 +298,7 @@ def _save(out: str, results: dict) -> None:
 
 def main(argv):
   del argv
-  out = os.path.abspath(FLAGS.out)
+  out = os.path.abspath(FLAGS.output)
   os.makedirs(out, exist_ok=True)
   path = os.path.join(out, RESULTS_FILE)
   results = json.load(open(path)) if os.path.isfile(path) else {}
@@ -298,7 +307,7 @@ def main(argv):
   rows = results.setdefault("rows", {})
   task_dir = os.path.join(out, "demo_task")
   if not FLAGS.dry_run and not os.path.isfile(f"{task_dir}/dev.csv"):
-    _run([sys.executable, "tools/make_demo_task.py", "--out", task_dir],
+    _run([sys.executable, "tools/make_demo_task.py", "--output", task_dir],
          os.path.join(out, "demo_task.log"))
   for family in FLAGS.families:
     teacher, teacher_tok = FLAGS.teacher, ""
@@ -332,5 +341,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  define_flags()
-  app.run(main)
+  cli.run(main, define_flags)

@@ -12,25 +12,25 @@ sep_token_id, mask_token_id, pad_token_id and a boolean array word_start
 """
 
 import numpy as np
-from absl import app
 from absl import flags
-from ml_collections import config_flags
 
+from bert_jax import cli
 from bert_jax.data import features
 from bert_jax.data import pipeline as input_pipeline
 from bert_jax.data import tokenizers
 from bert_jax.training import config_checks
 
 
-def define_flags():
-  """Defined only when run as a script, so tests can import this module
-  next to bert_jax.cli (which defines --config and --workdir too)."""
-  config_flags.DEFINE_config_file("config", None, "Config file.")
-  flags.DEFINE_string("workdir", "/tmp/bert_jax_inspect", "Workdir.")
-  flags.DEFINE_integer("num_batches", 1, "Batches to read.")
-  flags.DEFINE_integer("num_show", 3, "Examples to print.")
-  flags.DEFINE_bool("eval", False, "Read the eval batches instead.")
-  flags.DEFINE_string("save", "", "Write the batches to this .npz.")
+def define_flags(flag_values, argv=None) -> None:
+  """Defined only when run as a script, so tests can import this module."""
+  define = dict(flag_values=flag_values)
+  cli.define_config("Config file.", argv=argv, **define)
+  cli.define_workdir("Where the tokenizer (and demo corpus) go.",
+                     default="/tmp/bert_jax_inspect", **define)
+  flags.DEFINE_integer("num_batches", 1, "Batches to read.", **define)
+  flags.DEFINE_integer("num_show", 3, "Examples to print.", **define)
+  flags.DEFINE_bool("eval", False, "Read the eval batches instead.", **define)
+  flags.DEFINE_string("save", "", "Write the batches to this .npz.", **define)
 
 
 def original_ids(batch):
@@ -108,6 +108,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  define_flags()
-  flags.mark_flag_as_required("config")
-  app.run(main)
+  cli.run(main, define_flags)

@@ -1,6 +1,6 @@
 r"""A small downstream task from the demo corpus: which doc topic a sentence is from.
 
-  python tools/make_demo_task.py --out /tmp/demo_task
+  python tools/make_demo_task.py --output /tmp/demo_task
   # -> /tmp/demo_task/train.csv, dev.csv (columns text,label)
 
 Sentences of four CPython documentation topics (`pydoc_data.topics`, present
@@ -12,7 +12,7 @@ length (a few tokens to over 100), which is what length buckets are for.
 Used by docs/downstream.md's demo fine-tuning comparison ("Fine-tuning
 both demos on the same task") and tools/bench_finetune.py.
 
-  python tools/make_demo_task.py --out /tmp/short_task --lengths sst2
+  python tools/make_demo_task.py --output /tmp/short_task --lengths sst2
 
 The same topics cut into short phrases of SST-2-like lengths instead: word
 counts drawn from a log-normal of median 10 words (sigma 0.6, 2 to 50
@@ -21,9 +21,13 @@ words), consecutive words of the topic's text, the same 1-in-5 dev split
 32-slot bucket are padding.
 """
 
-import argparse
 import csv
 import os
+import sys
+
+from absl import flags
+
+from bert_jax import cli
 
 TOPICS = ("compound", "debugger", "formatstrings", "string-methods")
 DEV_EVERY = 5
@@ -64,23 +68,28 @@ def short_rows(topics=TOPICS, median_words: float = 10.0, seed: int = 0):
   return out
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--out", required=True, help="Output directory.")
-  parser.add_argument("--lengths", choices=("sentences", "sst2"),
-                      default="sentences", help="Whole sentences, or short "
-                      "phrases of SST-2-like lengths (median 10 words).")
-  args = parser.parse_args()
-  os.makedirs(args.out, exist_ok=True)
+def define_flags(flag_values, argv=None) -> None:
+  del argv  # No --config here.
+  cli.define_output("Output directory.", flag_values=flag_values,
+                    aliases=("out",))
+  flags.DEFINE_enum("lengths", "sentences", ["sentences", "sst2"], "Whole "
+                    "sentences, or short phrases of SST-2-like lengths "
+                    "(median 10 words).", flag_values=flag_values)
+
+
+def main(argv=None) -> int:
+  args, _ = cli.parse(argv, define_flags, __doc__)
+  os.makedirs(args.output, exist_ok=True)
   rows = task_rows() if args.lengths == "sentences" else short_rows()
   for split, rows in rows.items():
-    path = os.path.join(args.out, f"{split}.csv")
+    path = os.path.join(args.output, f"{split}.csv")
     with open(path, "w", newline="", encoding="utf-8") as f:
       w = csv.writer(f)
       w.writerow(["text", "label"])
       w.writerows(rows)
     print(f"{path}: {len(rows)} rows")
+  return 0
 
 
 if __name__ == "__main__":
-  main()
+  sys.exit(main())

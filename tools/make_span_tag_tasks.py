@@ -1,8 +1,8 @@
 r"""Generated token-tagging (NER) and extractive-QA tasks, written as files.
 
-  python tools/make_span_tag_tasks.py --kind token --out /tmp/gen_ner
+  python tools/make_span_tag_tasks.py --kind token --output /tmp/gen_ner
   # -> train.txt, dev.txt (CoNLL: word POS tag, IOB2, -DOCSTART- first)
-  python tools/make_span_tag_tasks.py --kind span --out /tmp/gen_qa
+  python tools/make_span_tag_tasks.py --kind span --output /tmp/gen_qa
   # -> train.json, dev.json (official SQuAD 2.0 format)
 
 * Tagging: entities of two types (PER, LOC: a first word, sometimes a second
@@ -25,10 +25,14 @@ tests use the same generators with a tiny hand-written vocabulary
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
+import sys
+
+from absl import flags
+
+from bert_jax import cli
 
 # English lists: (train words, dev words) per role; whole words of
 # bert-base-uncased's vocabulary.
@@ -156,18 +160,25 @@ def write_english(kind: str, out: str, transfer: bool = True, **kw):
                        filler=FILLER, **kw)
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--kind", choices=("token", "span"), required=True)
-  parser.add_argument("--out", required=True)
-  parser.add_argument("--same_names", action="store_true",
-                      help="dev uses the train names (no transfer)")
-  parser.add_argument("--seed", type=int, default=0)
-  args = parser.parse_args(argv)
-  paths = write_english(args.kind, args.out, transfer=not args.same_names,
+def define_flags(flag_values, argv=None) -> None:
+  del argv  # No --config here.
+  define = dict(flag_values=flag_values)
+  flags.DEFINE_enum("kind", None, ["token", "span"], "Token tagging (NER) or "
+                    "extractive QA.", **define)
+  flags.mark_flag_as_required("kind", flag_values=flag_values)
+  cli.define_output("Output directory.", aliases=("out",), **define)
+  flags.DEFINE_bool("same_names", False, "dev uses the train names (no "
+                    "transfer).", **define)
+  flags.DEFINE_integer("seed", 0, "Seed of the generator.", **define)
+
+
+def main(argv=None) -> int:
+  args, _ = cli.parse(argv, define_flags, __doc__)
+  paths = write_english(args.kind, args.output, transfer=not args.same_names,
                         seed=args.seed)
   print("Wrote " + ", ".join(paths))
+  return 0
 
 
 if __name__ == "__main__":
-  main()
+  sys.exit(main())

@@ -1,7 +1,9 @@
 """Multi-host preflight: can every process join, and what does each one see?
 
 Run on every worker of a Cloud TPU VM slice (``tools/launch_tpu.sh`` does this
-before training) or on each GPU host with the same flags as ``bert_jax.main``:
+before training) or on each GPU host with the same flags as ``bert_jax.main``
+(--distributed, --coordinator_address, --num_processes, --process_id; it
+joins jax.distributed when the training run would):
 
   python tools/preflight.py                                   # TPU VM: from env
   python tools/preflight.py --coordinator_address=HOST0:1234 \
@@ -18,11 +20,14 @@ seconds instead of hanging on a coordinator that never answers.
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 import sys
 import threading
+
+from absl import flags
+
+from bert_jax import cli
 
 
 def _fail(message: str) -> None:
@@ -41,18 +46,17 @@ def check_workdir(workdir: str | None, process_count: int) -> None:
         "--workdir=gs://BUCKET/run.")
 
 
+def define_flags(flag_values, argv=None) -> None:
+  del argv  # No --config here.
+  cli.define_distributed(flag_values=flag_values)
+  cli.define_workdir("The training workdir: must be gs:// on several hosts.",
+                     flag_values=flag_values, required=False)
+  flags.DEFINE_integer("timeout", 300, "Seconds to wait for all processes to "
+                       "join.", flag_values=flag_values)
+
+
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--coordinator_address", default=None)
-  p.add_argument("--num_processes", type=int, default=None)
-  p.add_argument("--process_id", type=int, default=None)
-  p.add_argument("--timeout", type=int, default=300,
-                 help="Seconds to wait for all processes to join.")
-  p.add_argument("--workdir", default=None,
-                 help="The training workdir: must be gs:// on several hosts.")
-  p.add_argument("--single", action="store_true",
-                 help="Do not initialize jax.distributed (one host).")
-  args = p.parse_args(argv)
+  args, _ = cli.parse(argv, define_flags, __doc__)
 
   watchdog = threading.Timer(args.timeout, _fail, args=(
       f"no result after {args.timeout}s: jax.distributed could not connect "
@@ -64,7 +68,7 @@ def main(argv=None) -> int:
   watchdog.start()
 
   import jax
-  if not args.single:
+  if cli.wants_distributed(args):
     kwargs = {}
     if args.coordinator_address:
       kwargs = dict(coordinator_address=args.coordinator_address,

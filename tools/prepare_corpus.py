@@ -1,7 +1,7 @@
 r"""Prepare JSONL / Parquet corpora as pretraining text, once, in parallel.
 
   python tools/prepare_corpus.py --sources 'parquet:gs://b/fineweb/*.parquet' \
-      --output_dir gs://b/prepared [--text_field text] [--workers 16]
+      --output gs://b/prepared [--text_field text] [--workers 16]
 
 What a run does by itself for ``data.sources='jsonl:...'`` or
 ``'parquet:...'`` (into WORKDIR/prepared), done ahead of time for a corpus
@@ -9,33 +9,42 @@ several runs share: each record file becomes one text file (one sentence per
 line, a blank line after each document; ``bert_jax/data/records.py``),
 streamed record by record, one worker process per file. Rerunning converts
 only new or changed files. Then train with the same source and
-``--config.data.prepared_dir=OUTPUT_DIR`` (the run finds the files prepared),
+``--config.data.prepared_dir=OUTPUT`` (the run finds the files prepared),
 or with the text files it prints as a text source: both give the same
 batches as the record source.
 """
 
-import argparse
 import sys
+
+from absl import flags
+
+# Imports of bert_jax are inside the functions, not at the top: the worker
+# processes (spawned, so they import this script again) need
+# bert_jax.data.records alone, not JAX, Orbax or TensorFlow (seconds and
+# hundreds of MB each).
+
+
+def define_flags(flag_values, argv=None) -> None:
+  del argv  # No --config here.
+  from bert_jax import cli  # pylint: disable=g-import-not-at-top
+  define = dict(flag_values=flag_values)
+  flags.DEFINE_string("sources", None, "jsonl:GLOB or parquet:GLOB (several: "
+                      "';').", **define)
+  flags.mark_flag_as_required("sources", flag_values=flag_values)
+  cli.define_output("Where the text files go (data.prepared_dir).",
+                    aliases=("output_dir",), **define)
+  flags.DEFINE_string("text_field", "text", "The field / column holding a "
+                      "record's text.", **define)
+  flags.DEFINE_integer("workers", 0, "Processes converting files (0: the CPU "
+                       "count for large inputs, else one).", **define)
 
 
 def main(argv=None) -> int:
-  # Imported here, not at the top: the worker processes (spawned, so they
-  # import this script again) need bert_jax.data.records alone, not
-  # TensorFlow (seconds and hundreds of MB each).
+  from bert_jax import cli  # pylint: disable=g-import-not-at-top
   from bert_jax.data import prepared_text  # pylint: disable=g-import-not-at-top
   from bert_jax.data import records  # pylint: disable=g-import-not-at-top
   from bert_jax.data import sources as data_sources  # pylint: disable=g-import-not-at-top
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--sources", required=True,
-                      help="jsonl:GLOB or parquet:GLOB (several: ';').")
-  parser.add_argument("--output_dir", required=True,
-                      help="Where the text files go (data.prepared_dir).")
-  parser.add_argument("--text_field", default="text",
-                      help="The field / column holding a record's text.")
-  parser.add_argument("--workers", type=int, default=0,
-                      help="Processes converting files (0: the CPU count for "
-                      "large inputs, else one).")
-  args = parser.parse_args(argv)
+  args, _ = cli.parse(argv, define_flags, __doc__)
   try:
     parsed = data_sources.parse_sources(args.sources, "--sources")
     for source in parsed:
@@ -45,7 +54,7 @@ def main(argv=None) -> int:
       inputs, _ = data_sources.resolve_text_files(source, "--sources")
       print(prepared_text.prepare(
           source.kind, source.spec, inputs, args.text_field,
-          args.output_dir, field="--sources", weight=source.weight,
+          args.output, field="--sources", weight=source.weight,
           workers=args.workers, process_index=0))
   except (ValueError, OSError) as e:
     print(f"error: {e}", file=sys.stderr)

@@ -19,14 +19,14 @@ according to the state shardings.
 kernel); the fused kinds have no attention dropout, so it also sets
 model.attention_probs_dropout_prob=0 for them. `--variants` compiles several
 (seq_length, attention, max_predictions) per mesh in one call, e.g. the
-table of docs/scaling-and-tpu.md (18 rows, minutes each; `--out` appends
+table of docs/scaling-and-tpu.md (18 rows, minutes each; `--output` appends
 every row to a JSON-lines file as soon as it compiles, and skips rows
 already there, so the job can run in the background and be restarted;
 `--table FILE` prints the table):
 
   nohup python tools/tpu_compile_check.py --dtype bfloat16 \
       --configs configs/base.py --topologies v5e:2x2 --meshes dp,fsdp,tp2 \
-      --variants 128:xla:20,512:xla:80,512:splash:80 --out rows.jsonl &
+      --variants 128:xla:20,512:xla:80,512:splash:80 --output rows.jsonl &
   python tools/tpu_compile_check.py --table rows.jsonl
 
 A step that does not fit the chip's HBM is a row too: XLA's compile fails
@@ -47,13 +47,14 @@ Meshes: dp (data=-1), fsdp (fsdp=-1), tpN (tensor=N, data=-1), or any
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import re
 import sys
 import time
+
+from absl import flags
 
 MB = 2 ** 20
 COLUMNS = ("config", "topology", "mesh", "seq", "attention", "chips",
@@ -176,6 +177,7 @@ def row_key(config_path: str, topology: str, mesh_name: str, config) -> tuple:
 
 def check(config_path: str, topology: str, mesh_name: str, config) -> dict:
   from bert_jax import objectives
+  from bert_jax.training import compiled as compiled_lib
   from bert_jax.training import config_checks
   from bert_jax.training import sharding
   from bert_jax.training import steps as steps_lib
@@ -188,9 +190,9 @@ def check(config_path: str, topology: str, mesh_name: str, config) -> dict:
   start = time.time()
   try:
     with programs.context():
-      compiled = programs.train_step.lower(
-          programs.abstract_state,
-          programs.batch_spec(config.train.batch_size)).compile()
+      compiled = compiled_lib.compile_ahead(
+          programs.train_step, programs.abstract_state,
+          programs.batch_spec(config.train.batch_size))
   except Exception as e:  # pylint: disable=broad-except
     oom = out_of_memory(str(e))
     if oom is None:
@@ -211,12 +213,8 @@ def check(config_path: str, topology: str, mesh_name: str, config) -> dict:
         predictions=config.data.max_predictions_per_seq,
         key=list(row_key(config_path, topology, mesh_name, config)))
     return row
-  seconds = time.time() - start
-  mem = compiled.memory_analysis()
-  cost = compiled.cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  xla_flops = float(cost.get("flops", 0.0))
-  hbm_bytes = float(cost.get("bytes accessed", 0.0))
+  mem, cost = compiled.memory, compiled.cost
+  xla_flops, hbm_bytes = cost.flops, cost.bytes_accessed
   model_flops = objectives.train_flops_per_step(config) / len(devices)
   return {
       "config": os.path.splitext(os.path.basename(config_path))[0],
@@ -228,14 +226,14 @@ def check(config_path: str, topology: str, mesh_name: str, config) -> dict:
       "params+opt/chip MB": per_device / MB,
       "replicated MB": total / MB,
       "ratio": per_device / total,
-      "arguments MB": mem.argument_size_in_bytes / MB,
-      "temporaries MB": mem.temp_size_in_bytes / MB,
-      "outputs MB": mem.output_size_in_bytes / MB,
+      "arguments MB": mem.arguments / MB,
+      "temporaries MB": mem.temporaries / MB,
+      "outputs MB": mem.outputs / MB,
       "XLA TFLOP/chip": xla_flops / 1e12,
       "XLA/model": xla_flops / model_flops,
       "HBM GB/chip": hbm_bytes / 1e9,
       **roofline(topology, xla_flops, hbm_bytes, model_flops),
-      "compile s": seconds,
+      "compile s": compiled.seconds,
       "dtype": config.model.dtype,
       "batch": config.train.batch_size,
       "predictions": config.data.max_predictions_per_seq,
@@ -288,28 +286,45 @@ def format_table(rows: list[dict]) -> str:
   return "\n".join([line(columns), sep] + [line(r) for r in cells])
 
 
+def define_flags(flag_values, argv=None) -> None:
+  del argv  # --configs, not --config: several config files.
+  from bert_jax import cli  # pylint: disable=g-import-not-at-top  (see main)
+  define = dict(flag_values=flag_values)
+  flags.DEFINE_string("configs", "configs/base.py,configs/large.py",
+                      "Config files, comma-separated.", **define)
+  flags.DEFINE_string("topologies", "v5e:2x2,v4:2x2x1", "TPU topologies.",
+                      **define)
+  flags.DEFINE_string("meshes", "dp,fsdp", "dp, fsdp, tpN or "
+                      "data.fsdp.tensor, comma-separated.", **define)
+  flags.DEFINE_integer("batch_size", None, "Global batch (default: the "
+                       "config's).", **define)
+  flags.DEFINE_integer("seq_length", None, "data.seq_length (default: the "
+                       "config's).", **define)
+  flags.DEFINE_string("attention", None, "model.attention_impl: xla "
+                      "(default: the config's), dot_product_attention or "
+                      "splash.", **define)
+  flags.DEFINE_string("variants", "", "SEQ[:ATTENTION[:PREDICTIONS]],... "
+                      "compiled for every mesh (instead of --seq_length / "
+                      "--attention).", **define)
+  flags.DEFINE_string("dtype", None, "model.dtype (compute), e.g. bfloat16 "
+                      "as on TPU.", **define)
+  cli.define_output("Append each row to this JSON-lines file as it compiles; "
+                    "rows already in it are skipped.", default="",
+                    aliases=("out",), **define)
+  flags.DEFINE_string("table", "", "Only print the table of an --output "
+                      "file.", **define)
+
+
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--configs", default="configs/base.py,configs/large.py")
-  parser.add_argument("--topologies", default="v5e:2x2,v4:2x2x1")
-  parser.add_argument("--meshes", default="dp,fsdp")
-  parser.add_argument("--batch_size", type=int, default=None,
-                      help="Global batch (default: the config's).")
-  parser.add_argument("--seq_length", type=int, default=None)
-  parser.add_argument("--attention", default=None,
-                      help="model.attention_impl: xla (default: the "
-                      "config's), dot_product_attention or splash.")
-  parser.add_argument("--variants", default="",
-                      help="SEQ[:ATTENTION[:PREDICTIONS]],... compiled for "
-                      "every mesh (instead of --seq_length/--attention).")
-  parser.add_argument("--dtype", default=None,
-                      help="model.dtype (compute), e.g. bfloat16 as on TPU.")
-  parser.add_argument("--out", default="",
-                      help="Append each row to this JSON-lines file as it "
-                      "compiles; rows already in it are skipped.")
-  parser.add_argument("--table", default="",
-                      help="Only print the table of a --out file.")
-  args = parser.parse_args(argv)
+  # Before jax is imported (bert_jax.cli imports it): host side on CPU;
+  # without the TPU_* variables libtpu looks for TPU metadata of a GCE VM
+  # and complains.
+  os.environ.setdefault("JAX_PLATFORMS", "cpu")
+  os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-4")
+  os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  from bert_jax import cli  # pylint: disable=g-import-not-at-top  (after the environment)
+  args, _ = cli.parse(argv, define_flags, __doc__)
   if args.table:
     print(format_table(read_rows(args.table)))
     return 0
@@ -319,12 +334,6 @@ def main(argv=None) -> int:
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
-  # Before jax is imported: host side on CPU; without the TPU_* variables
-  # libtpu looks for TPU metadata of a GCE VM and complains.
-  os.environ.setdefault("JAX_PLATFORMS", "cpu")
-  os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-4")
-  os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   try:
     import libtpu  # noqa: F401
   except ImportError:
@@ -332,7 +341,7 @@ def main(argv=None) -> int:
           "requirements-tpu.txt (684 MB) to compile for TPU without one.",
           file=sys.stderr)
     return 2
-  old = read_rows(args.out) if args.out else []
+  old = read_rows(args.output) if args.output else []
   done = {tuple(r["key"]): r for r in old if "key" in r}
   rows = []
   for config_path in args.configs.split(","):
@@ -343,7 +352,7 @@ def main(argv=None) -> int:
                                 attention, predictions, args.dtype)
           key = row_key(config_path, topology, mesh_name, config)
           if key in done:
-            print(f"already in {args.out}: {key}", file=sys.stderr)
+            print(f"already in {args.output}: {key}", file=sys.stderr)
             rows.append(done[key])
             continue
           row = check(config_path, topology, mesh_name, config)
@@ -353,8 +362,8 @@ def main(argv=None) -> int:
                 f"{'' if row.get('fits', True) else ' (' + row['bound'] + ')'}",
                 file=sys.stderr, flush=True)
           rows.append(row)
-          if args.out:
-            with open(args.out, "a") as f:
+          if args.output:
+            with open(args.output, "a") as f:
               f.write(json.dumps(row) + "\n")
   print(format_table(rows))
   return 0

@@ -13,21 +13,22 @@ same config and workdir picks it up; otherwise point data.tokenizer_path at it.
 
 import sys
 
-from absl import app
 from absl import flags
 from absl import logging
-from ml_collections import config_flags
 
+from bert_jax import cli
 from bert_jax.data import tokenizers
 
 
-def define_flags():
-  """Defined only when run as a script, so tests can import this module
-  next to bert_jax.cli (which defines --config and --workdir too)."""
-  config_flags.DEFINE_config_file("config", None, "Config file.")
-  flags.DEFINE_string("workdir", "/tmp/bert_jax_tokenizer",
-                      "Where the demo corpus / cached model go.")
-  flags.DEFINE_string("output", "", "Output file (.model/vocab.txt).")
+def define_flags(flag_values, argv=None) -> None:
+  """Defined only when run as a script, so tests can import this module."""
+  define = dict(flag_values=flag_values)
+  cli.define_config("Config file.", argv=argv, **define)
+  cli.define_workdir("Where the demo corpus / cached model go.",
+                     default="/tmp/bert_jax_tokenizer", **define)
+  cli.define_output("Output file (.model/vocab.txt; default: where a run "
+                    "with this config and --workdir looks).", default="",
+                    **define)
 
 
 def main(argv):
@@ -51,6 +52,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  define_flags()
-  flags.mark_flag_as_required("config")
-  app.run(main)
+  cli.run(main, define_flags)

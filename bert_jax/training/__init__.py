@@ -4,6 +4,8 @@
                         steps of any objective; ``Programs`` (them jitted on
                         a mesh, everything they need derived once)
   trainer.py            the loop (``Trainer``) and the pretraining job
+  compiled.py           ahead-of-time compiling of a step; XLA's memory and
+                        cost analyses of it
   config_checks.py      every check of a run's config, before anything is
                         written
   start_from.py         what a new run's params start from (train.init_from,

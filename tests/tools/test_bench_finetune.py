@@ -101,11 +101,10 @@ def test_english_tasks_hold_out_the_dev_names(tmp_path):
 
 
 def test_documented_command_parses_without_a_workdir():
-  """docs/downstream.md's command runs without a workdir (the tool writes
-  none; a required --workdir would stop it with `flag --workdir=None`).
-  Flags defined as the script
-  defines them (define_flags) and parsed in a child, absl's required-flag
-  checks included; nothing is benchmarked."""
+  """docs/downstream.md's command: the tool writes no workdir and asks for
+  none. Flags defined as the script defines them (define_flags) and parsed
+  in a child, absl's required-flag checks included; nothing is
+  benchmarked."""
   import subprocess
   import sys
   argv = ["bench_finetune", "--config", "configs/finetune.py",
@@ -118,8 +117,8 @@ def test_documented_command_parses_without_a_workdir():
   # (config_flags reads its --config.* overrides from sys.argv.)
   code = ("import sys; from absl import app; from absl import flags; "
           "from tests.helpers import import_tool; "
-          f"sys.argv = {argv!r}; import_tool('bench_finetune').define_flags(); "
-          "F = flags.FLAGS; "
+          f"sys.argv = {argv!r}; F = flags.FLAGS; "
+          "import_tool('bench_finetune').define_flags(F, sys.argv); "
           "app.run(lambda _: print(F.config.task.buckets, F.rounds))")
   r = subprocess.run([sys.executable, "-c", code], cwd=helpers.REPO,
                      env=helpers.child_env(), capture_output=True, text=True,

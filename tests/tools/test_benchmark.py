@@ -1,4 +1,5 @@
-"""tools/benchmark.py, the speed options of the model, and compile counts."""
+"""tools/benchmark.py and bench_seq_lengths.py, the speed options of the
+model, and compile counts."""
 
 import json
 import os
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from bert_jax import benchmarking
 from bert_jax.models import bert as model_lib
 from bert_jax.training import sharding
 from bert_jax.training import steps as steps_lib
@@ -16,7 +18,7 @@ from tests import helpers
 from tests.helpers import REPO
 from tests.helpers import run_tool
 
-benchmark = helpers.import_tool("benchmark")
+bench_seq_lengths = helpers.import_tool("bench_seq_lengths")
 
 
 def tiny_config(**model):
@@ -44,7 +46,7 @@ def forward_and_grad(model_config, batch, dropout=False):
 
 @pytest.fixture(scope="module")
 def batch():
-  return benchmark.synthetic_batches(1, 4, 32, 5, 256)[0]
+  return benchmarking.synthetic_batches(1, 4, 32, 5, 256)[0]
 
 
 @pytest.mark.parametrize("option", [
@@ -103,7 +105,7 @@ def test_train_step_compiles_once_over_varied_data():
   config = tiny_config()
   mesh = sharding.make_mesh(config.mesh)
   programs = steps_lib.Programs(config, mesh)
-  batches = benchmark.synthetic_batches(4, 8, 32, 5, 256, seed=3)
+  batches = benchmarking.synthetic_batches(4, 8, 32, 5, 256, seed=3)
   compiles = []
 
   def listener(event, *args, **kwargs):
@@ -152,10 +154,10 @@ def test_benchmark_cli_json_with_pytorch_peer():
 
 
 def test_seq_length_cells_keep_tokens_per_batch():
-  """--seq_lengths: batch = tokens / seq, predictions per token as in the
-  config, one position table for all, kinds that cannot run listed."""
+  """batch = tokens / seq, predictions per token as in the config, one
+  position table for all, kinds that cannot run listed."""
   config = tiny_config()  # seq 32, 5 predictions, 64 positions.
-  cells = benchmark.seq_length_configs(
+  cells = bench_seq_lengths.seq_length_configs(
       config, [32, 64, 128], 1024, ["xla", "dot_product_attention", "splash",
                                     "cudnn"], "cpu")
   runs = {(t, k): c for t, k, c in cells}
@@ -171,20 +173,20 @@ def test_seq_length_cells_keep_tokens_per_batch():
     assert fused.model.attention_impl == "dot_product_attention"
     assert fused.model.attention_probs_dropout_prob == 0.0
     assert runs[(t, "splash")] is None and runs[(t, "cudnn")] is None
-  tpu = dict(((t, k), c) for t, k, c in benchmark.seq_length_configs(
+  tpu = dict(((t, k), c) for t, k, c in bench_seq_lengths.seq_length_configs(
       config, [64, 128], 1024, ["splash"], "tpu"))
   assert tpu[(64, "splash")] is None  # Not a multiple of 128.
   assert tpu[(128, "splash")].model.attention_impl == "splash"
   assert config.data.seq_length == 32  # The caller's config is untouched.
   with pytest.raises(ValueError, match="--tokens_per_batch=1000"):
-    benchmark.seq_length_configs(config, [64], 1000, ["xla"], "cpu")
+    bench_seq_lengths.seq_length_configs(config, [64], 1000, ["xla"], "cpu")
 
 
-def test_benchmark_cli_seq_lengths_json():
-  """--seq_lengths: one row per (length, kind); the FLOP ratio is flops.py's."""
+def test_bench_seq_lengths_cli_json():
+  """One row per (length, kind); the FLOP ratio is flops.py's."""
   from bert_jax.models import flops as flops_lib
   out = run_tool(
-      "benchmark.py", "--config", os.path.join(REPO, "configs", "tiny.py"),
+      "bench_seq_lengths.py", "--config", os.path.join(REPO, "configs", "tiny.py"),
       "--seq_lengths", "16,32", "--tokens_per_batch", "128", "--attention",
       "xla,splash", "--steps", "1", "--rounds", "1", "--warmup", "0",
       "--json", "--config.model.vocab_size=256",
@@ -208,3 +210,73 @@ def test_benchmark_cli_seq_lengths_json():
   assert long["flops_ratio"] == pytest.approx(expected)
   assert long["us_per_token"] == pytest.approx(
       1e6 * long["step_time_p50"] / 128)
+
+
+def test_modernbert_peers_are_the_sparse_head_then_the_dense_one():
+  benchmark = helpers.import_tool("benchmark")
+  specs = benchmark.peer_specs("modernbert", ("torch",), {"x": 1}, "float32",
+                               "b.npz")
+  assert [(name, kind, spec.get("sparse_prediction"))
+          for name, kind, spec in specs] == [
+              ("pytorch", "torch", True), ("pytorch_dense", "torch", False)]
+  specs = benchmark.peer_specs("bert", ("flax", "torch"), {}, "float32", "b")
+  assert [(n, k) for n, k, _ in specs] == [("hf_flax", "flax"),
+                                           ("pytorch", "torch")]
+  assert "sparse_prediction" not in specs[1][2]
+
+
+def test_modernbert_sparse_peer_computes_logits_at_the_masked_positions_only(
+    tmp_path):
+  """The fair peer: ModernBertConfig(sparse_prediction=True) gives one row
+  of logits per masked position (the dense head: every position) and the
+  same loss, from the same batches ours trains on."""
+  torch = pytest.importorskip("torch")
+  pytest.importorskip("transformers")
+  from bert_jax.hf import checkpoint_io
+  from tests.helpers import family_checks
+  peer = helpers.import_tool("bench_peer")
+  benchmark = helpers.import_tool("benchmark")
+  model = family_checks.family_config("modernbert").model
+  batches = benchmarking.synthetic_batches(2, 4, 32, 5, model.vocab_size)
+  path = str(tmp_path / "batches.npz")
+  benchmark.write_batches(path, batches)
+  spec = dict(bert_config=checkpoint_io.hf_config_from_model_config(
+      model, family="modernbert"), family="modernbert", dtype="float32",
+              batches=path)
+  out = {}
+  for sparse in (True, False):
+    s = dict(spec, sparse_prediction=sparse)
+    m = peer.torch_model(s).eval()  # No dropout: the two runs compare.
+    (b, _) = peer.torch_batches(s)
+    with torch.no_grad():
+      out[sparse] = m(**b)
+  masked = int(batches[0]["masked_lm_weights"].sum())
+  assert tuple(out[True].logits.shape) == (masked, model.vocab_size)
+  assert tuple(out[False].logits.shape) == (4, 32, model.vocab_size)
+  assert float(out[True].loss) == pytest.approx(float(out[False].loss),
+                                                rel=1e-5)
+  np.testing.assert_array_equal(peer.read_batches(path)[1]["input_ids"],
+                                batches[1]["input_ids"])
+
+
+def test_bench_variants_cli_json():
+  """Each variant alternates with the base; gather=False is the full-logits
+  ablation of the same loss."""
+  out = run_tool(
+      "bench_variants.py", "--config", os.path.join(REPO, "configs",
+                                                    "tiny.py"),
+      "--variant=full:gather=False", "--variant=fused:model.fused_qkv=True",
+      "--steps", "1", "--rounds", "2", "--warmup", "0", "--json",
+      "--config.model.vocab_size=256", "--config.model.hidden_size=64",
+      "--config.model.num_attention_heads=4",
+      "--config.model.intermediate_size=128", "--config.data.seq_length=32",
+      "--config.train.batch_size=8", "--config.data.max_predictions_per_seq=5",
+      "--config.train.peak_tflops=1.0")
+  assert out.returncode == 0, out.stderr[-3000:]
+  result = json.loads(out.stdout.strip().splitlines()[-1])
+  assert list(result) == ["base", "full", "fused"]
+  assert result["base"]["vs_base"] == 1.0
+  for v in result.values():
+    assert v["tokens_per_sec"] == pytest.approx(8 * 32 / v["step_time_p50"])
+    assert v["vs_base"] == pytest.approx(
+        v["tokens_per_sec"] / result["base"]["tokens_per_sec"])
