@@ -223,12 +223,12 @@ class Ours(Side):
   def __init__(self, config, batches):
     import jax
 
-    from bert_jax import objectives
+    from bert_jax import compose
     from bert_jax.training import sharding
     from bert_jax.training import steps as steps_lib
     super().__init__(batches, "input_mask")
     self.jax = jax
-    objective = objectives.get(config.objective.name)
+    objective = compose.objective(config)
     self.programs = p = steps_lib.Programs(config, sharding.make_mesh(config.mesh),
                                        objective)
     names = objective.feature_spec(config)
@@ -277,13 +277,12 @@ class HuggingFace(Side):
     import torch
     import transformers
 
-    from bert_jax.hf import checkpoint_io
+    from bert_jax.families import bert as bert_family
     super().__init__(batches, "attention_mask")
     self.torch = torch
     cls = HF_CLASSES[config.objective.name]
-    cfg = checkpoint_io.hf_config_from_model_config(
-        config.model, architectures=(cls,),
-        extra=dict(num_labels=num_labels))
+    cfg = dict(bert_family.config_to_hf(config.model, architecture=cls),
+               num_labels=num_labels)
     cfg.pop("dtype", None)
     torch.manual_seed(0)
     self.model = getattr(transformers, cls)(

@@ -36,7 +36,7 @@ from absl import flags
 from bert_jax import benchmarking
 from bert_jax import cli
 from bert_jax import config_lib
-from bert_jax import objectives
+from bert_jax import compose
 from bert_jax.data import pipeline
 from bert_jax.data import tokenizers
 from bert_jax.models import flops as flops_lib
@@ -113,7 +113,7 @@ class Side(benchmarking.Side):
     secs = r[:, 0].sum()
     total = {k: float(sum(w[k] for w in self.outputs))
              for k in self.outputs[0]}
-    flops = objectives.train_flops_per_step(self.config, flops_lib.Work(
+    flops = compose.train_flops_per_step(self.config, flops_lib.Work(
         total["tokens"], total["attended"], total["predictions"]))
     tflops, mfu = utilization.mfu(flops, secs, jax.device_count(), peak)
     return dict(side=self.name, steps=len(r), seconds=float(secs),

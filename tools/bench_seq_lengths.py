@@ -32,7 +32,7 @@ from ml_collections import config_flags
 
 from bert_jax import benchmarking
 from bert_jax import cli
-from bert_jax import objectives
+from bert_jax import compose
 from bert_jax.training import utilization
 
 FLAGS = flags.FLAGS
@@ -113,9 +113,9 @@ def compare_seq_lengths(config, seq_lengths: list[int], tokens: int,
       rows.append(dict(model=name, seq_length=t, attention=kind, runs=False))
       continue
     p50 = benchmarking.stats(r.times)["p50"]
-    fpt = objectives.train_flops_per_step(c) / (c.train.batch_size * t)
+    fpt = compose.train_flops_per_step(c) / (c.train.batch_size * t)
     peak, _ = utilization.peak_tflops(c.model.dtype, c.train.peak_tflops)
-    _, mfu = utilization.mfu(objectives.train_flops_per_step(c), p50,
+    _, mfu = utilization.mfu(compose.train_flops_per_step(c), p50,
                              jax.device_count(), peak)
     row = dict(model=name, seq_length=t, attention=kind, runs=True,
                batch_size=c.train.batch_size,

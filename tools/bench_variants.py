@@ -28,7 +28,7 @@ from flax import nnx
 
 from bert_jax import benchmarking
 from bert_jax import cli
-from bert_jax import objectives
+from bert_jax import compose
 from bert_jax.objectives import bert
 from bert_jax.training import utilization
 
@@ -101,7 +101,7 @@ def compare_variants(config, variants: list[str], steps: int, rounds: int,
   for name, c, r in runners:
     p50 = benchmarking.stats(r.times)["p50"]
     peak, _ = utilization.peak_tflops(c.model.dtype, c.train.peak_tflops)
-    _, mfu = utilization.mfu(objectives.train_flops_per_step(c), p50,
+    _, mfu = utilization.mfu(compose.train_flops_per_step(c), p50,
                              jax.device_count(), peak)
     out[name] = dict(tokens_per_sec=tokens / p50, step_time_p50=p50, mfu=mfu,
                      compile_seconds=r.compile_seconds,

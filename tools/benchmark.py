@@ -56,9 +56,7 @@ from absl import flags
 
 from bert_jax import benchmarking
 from bert_jax import cli
-from bert_jax import objectives
-from bert_jax.hf import checkpoint_io
-from bert_jax.hf import mapping
+from bert_jax import compose
 from bert_jax.training import utilization
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -236,7 +234,7 @@ def benchmark(config, steps: int, rounds: int, warmup: int, compare: bool,
               flax_python: str | None = None, peers=("flax", "torch"),
               torch_python: str | None = None,
               peer_venvs: str = DEFAULT_PEER_VENVS) -> dict:
-  family = mapping.for_objective(config.objective.name).name
+  family = compose.family(config).name
   if compare and family != "bert" and "flax" in peers:
     raise ValueError(f"--compare --peers=flax: Hugging Face has no Flax "
                      f"model of the {family!r} family; use --peers=torch.")
@@ -250,8 +248,8 @@ def benchmark(config, steps: int, rounds: int, warmup: int, compare: bool,
     if compare:
       path = os.path.join(tmp, "batches.npz")
       write_batches(path, ours.host_batches)
-      hf_config = checkpoint_io.hf_config_from_model_config(config.model,
-                                                            family=family)
+      hf_config = compose.family(config).pretraining_tables[0].config_to_hf(
+          config.model)
       for name, kind, spec in peer_specs(family, peers, hf_config, dtype,
                                          path):
         python = ((flax_python if kind == "flax" else torch_python)
@@ -271,7 +269,7 @@ def benchmark(config, steps: int, rounds: int, warmup: int, compare: bool,
       for peer in sides[1:]:
         peer.close()
 
-  flops_per_step = objectives.train_flops_per_step(config)
+  flops_per_step = compose.train_flops_per_step(config)
   st = benchmarking.stats(ours.times)
   tflops, mfu = utilization.mfu(flops_per_step, st["p50"], jax.device_count(),
                                 peak)

@@ -9,7 +9,7 @@ training FLOPs.
 
 For each family: a config of comparable size on configs/demo.py's data
 settings (demo corpus, seq 64, batch 32, 10 predictions, vocab 4,000), the
-step count that spends the budget by ``objectives.train_flops_per_step`` (the
+step count that spends the budget by ``compose.train_flops_per_step`` (the
 objective's own count), a pretraining run (``python -m bert_jax.main``,
 subprocess), its wall time and held-out metric from WORKDIR/metrics.jsonl,
 then one fine-tuning per seed on the demo task (tools/make_demo_task.py;
@@ -45,7 +45,7 @@ import time
 from absl import flags
 
 from bert_jax import cli
-from bert_jax import objectives
+from bert_jax import compose
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -144,9 +144,8 @@ def steps_for_budget(flops_per_step: float, budget_flops: float) -> int:
 def trainable_params(config) -> int:
   from flax import nnx  # pylint: disable=g-import-not-at-top
 
-  from bert_jax import objectives  # pylint: disable=g-import-not-at-top
   from bert_jax.models import bert as model_lib  # pylint: disable=g-import-not-at-top
-  obj = objectives.for_config(config)
+  obj = compose.objective(config)
   return model_lib.count_params(nnx.eval_shape(
       lambda: obj.make_model(config, nnx.Rngs(0))))
 
@@ -155,7 +154,7 @@ def plan(family: str, budget_pflops: float, fields: dict,
          learning_rate: float) -> dict:
   """The run of `family`: its overrides with step count and schedule."""
   config = demo_config(fields)
-  per_step = objectives.train_flops_per_step(config)
+  per_step = compose.train_flops_per_step(config)
   steps = steps_for_budget(per_step, budget_pflops * 1e15)
   m = config.model
   layers = (config.objective.student_layers if family == "distil"

@@ -176,7 +176,7 @@ def row_key(config_path: str, topology: str, mesh_name: str, config) -> tuple:
 
 
 def check(config_path: str, topology: str, mesh_name: str, config) -> dict:
-  from bert_jax import objectives
+  from bert_jax import compose
   from bert_jax.training import compiled as compiled_lib
   from bert_jax.training import config_checks
   from bert_jax.training import sharding
@@ -215,7 +215,7 @@ def check(config_path: str, topology: str, mesh_name: str, config) -> dict:
     return row
   mem, cost = compiled.memory, compiled.cost
   xla_flops, hbm_bytes = cost.flops, cost.bytes_accessed
-  model_flops = objectives.train_flops_per_step(config) / len(devices)
+  model_flops = compose.train_flops_per_step(config) / len(devices)
   return {
       "config": os.path.splitext(os.path.basename(config_path))[0],
       "topology": topology,

@@ -25,7 +25,7 @@ Two counts of a step, from one :class:`Work` (what the step computes on):
   packed run of the same data read the same FLOPs per example.
 
 Each objective may count its own step (``Objective.flops(config, work)``,
-built from the functions here); :func:`objectives.train_flops_per_step`
+built from the functions here); :func:`compose.train_flops_per_step`
 uses it, else BERT's count (:func:`bert_flops`; ALBERT's too: layer sharing
 saves parameters, not FLOPs). ELECTRA counts both networks
 (``objectives/electra.py``), DistilBERT the student's training plus the

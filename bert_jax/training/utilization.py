@@ -1,7 +1,7 @@
 """Peak TFLOP/s per device and model FLOPs utilization (MFU).
 
 The model FLOPs of a step are analytic (``models/flops.py``, per objective
-via ``objectives.train_flops_per_step``); this module gives the denominator:
+via ``compose.train_flops_per_step``); this module gives the denominator:
 a known accelerator's spec-sheet peak, a configured value, or on CPU a
 measured jitted matmul.
 """
