@@ -27,7 +27,7 @@ from bert_jax import cli
 from bert_jax import config_lib
 from bert_jax.data import demo_corpus
 from bert_jax.data import examples
-from bert_jax.data import pipeline as ip
+from bert_jax.data import pipeline
 from bert_jax.data import sources as data_sources
 from bert_jax.data import tokenizers
 from bert_jax.training import config_checks
@@ -146,12 +146,12 @@ def main(argv):
     config_checks.check_tokenizer(config, tok)
 
     # (a) Whole pipeline, masking in the tf.data graph.
-    it = ip.create_train_iterator(config, tok, wd)
+    it = pipeline.create_train_iterator(config, tok, wd)
     rows.append((kind, "tf.data + in-graph masking",
                  *measure(it, FLAGS.seconds)))
 
     # (b) Same examples, masked on the host with numpy (HF collator style).
-    ds = ip.example_dataset(config, tok, data_sources.plan(config.data, wd))
+    ds = pipeline.example_dataset(config, tok, data_sources.plan(config.data, wd))
     ds = ds.shuffle(config.data.shuffle_buffer, seed=0).batch(
         config.train.batch_size, drop_remainder=True).prefetch(2)
     table = np.zeros(tok.vocab_size, bool)

@@ -73,10 +73,10 @@ def random_like(hf_dir: str, out: str) -> str:
 
   from bert_jax import pretrained
   from bert_jax.hf import checkpoint_io
-  from bert_jax.models import bert as model_lib
+  from bert_jax.models import bert
   source = pretrained.resolve(hf_dir)
   model_config = pretrained.load_model_config(source)
-  model = model_lib.BertForPreTraining(model_config, rngs=nnx.Rngs(0))
+  model = bert.BertForPreTraining(model_config, rngs=nnx.Rngs(0))
   checkpoint_io.save_hf_model(
       out, nnx.to_pure_dict(nnx.state(model, nnx.Param)), model_config,
       tokenizer=pretrained.tokenizer_spec(source))

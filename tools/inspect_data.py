@@ -16,7 +16,7 @@ from absl import flags
 
 from bert_jax import cli
 from bert_jax.data import features
-from bert_jax.data import pipeline as input_pipeline
+from bert_jax.data import pipeline
 from bert_jax.data import tokenizers
 from bert_jax.training import config_checks
 
@@ -85,9 +85,9 @@ def main(argv):
   print(repr(tok))
   if flags.FLAGS.eval:
     config.data.num_eval_batches = flags.FLAGS.num_batches
-    batches = input_pipeline.create_eval_batches(config, tok, workdir)
+    batches = pipeline.create_eval_batches(config, tok, workdir)
   else:
-    it = input_pipeline.create_train_iterator(config, tok, workdir)
+    it = pipeline.create_train_iterator(config, tok, workdir)
     batches = [next(it) for _ in range(flags.FLAGS.num_batches)]
     print("data counters:", it.stats)
   for r in range(min(flags.FLAGS.num_show, batches[0]["input_ids"].shape[0])):

@@ -23,7 +23,7 @@ from bert_jax.hf.mapping import Row
 from bert_jax.hf.mapping import Table
 from bert_jax.models import albert
 from bert_jax.models import heads
-from bert_jax.models import bert as model_lib
+from bert_jax.models import bert as bert_model
 from bert_jax.objectives import albert as albert_objective
 
 
@@ -189,7 +189,7 @@ FAMILY = Family(
         Row("bert.pooler.bias", "albert.pooler.bias", "", False, False)),
     transform_rows=(), output_hf={},
     output_tf={}, encoder_flops=bert_family.encoder_flops,
-    validate_model=model_lib.validate_model_config,
+    validate_model=bert_model.validate_model_config,
     pretrained_encoder_config=lambda config: bert_family.encoder_config(
         config.model, LAYOUT.pooler_act),
     pretrained_encoder_params=pretrained_encoder_params,

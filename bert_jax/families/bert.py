@@ -19,7 +19,7 @@ from bert_jax.families import Family
 from bert_jax.families import default_hf_models
 from bert_jax.hf.mapping import Row
 from bert_jax.hf.mapping import Table
-from bert_jax.models import bert as model_lib
+from bert_jax.models import bert as bert_model
 from bert_jax.models import flops as flops_lib
 from bert_jax.models import heads
 from bert_jax.objectives import bert as bert_objective
@@ -73,7 +73,7 @@ def config_from_hf(hf_config) -> object:
 
 
 def _pretraining_model(model_config, rngs):
-  return model_lib.BertForPreTraining(model_config, rngs=rngs)
+  return bert_model.BertForPreTraining(model_config, rngs=rngs)
 
 
 _L = "bert.layers.{i}."
@@ -136,7 +136,7 @@ BERT = Table(
 def make_encoder(model_config, rngs, pooler: bool):
   """BERT's encoder (``models.bert.BertModel``), with the pooler when a
   sentence head reads it."""
-  return model_lib.BertModel(model_config, rngs=rngs,
+  return bert_model.BertModel(model_config, rngs=rngs,
                              add_pooling_layer=pooler)
 
 
@@ -194,7 +194,7 @@ FAMILY = Family(
                heads.SPAN: ("cls/squad/output_weights",
                             "cls/squad/output_bias")},
     encoder_flops=encoder_flops,
-    validate_model=model_lib.validate_model_config,
+    validate_model=bert_model.validate_model_config,
     pretrained_encoder_config=lambda config: encoder_config(
         config.model, LAYOUT.pooler_act),
     pretrained_encoder_params=lambda config, params: {"bert": params["bert"]},

@@ -18,7 +18,7 @@ from bert_jax.families import bert as bert_family
 from bert_jax.hf import checkpoint_io
 from bert_jax.hf.mapping import Row
 from bert_jax.hf.mapping import Table
-from bert_jax.models import bert as model_lib
+from bert_jax.models import bert as bert_model
 from bert_jax.models import heads
 from bert_jax.objectives import distil
 
@@ -28,7 +28,7 @@ def _rows(pairs):
 
 
 def _distil_model(model_config, rngs):
-  return model_lib.BertForMaskedLM(model_config, rngs=rngs)
+  return bert_model.BertForMaskedLM(model_config, rngs=rngs)
 
 
 # DistilBertConfig name -> ours.
@@ -142,7 +142,7 @@ FAMILY = Family(
         Row("bert.pooler.bias", "pre_classifier.bias", "", False, False)),
     transform_rows=(),
     output_hf={}, output_tf={}, encoder_flops=bert_family.encoder_flops,
-    validate_model=model_lib.validate_model_config,
+    validate_model=bert_model.validate_model_config,
     # The student, its pooler fresh.
     pretrained_encoder_config=lambda config: bert_family.encoder_config(
         distil.student_config(config), LAYOUT.pooler_act),

@@ -44,7 +44,7 @@ from bert_jax.hf import importing
 from bert_jax.hf import mapping
 from bert_jax.hf.mapping import Row
 from bert_jax.hf.mapping import Table
-from bert_jax.models import bert as model_lib
+from bert_jax.models import bert as bert_model
 from bert_jax.models import electra as electra_model
 from bert_jax.models import heads
 from bert_jax.objectives import electra as electra_objective
@@ -121,7 +121,7 @@ def network_config(config, network: str) -> ml_collections.ConfigDict:
   if network == GENERATOR:
     return electra_model.generator_config(config)
   net = ml_collections.ConfigDict(config.model.to_dict())
-  net.embedding_size = model_lib.embedding_size(config.model)
+  net.embedding_size = bert_model.embedding_size(config.model)
   return net
 
 
@@ -308,7 +308,7 @@ def _encoder_rows() -> tuple[Row, ...]:
 
 def _encoder_to_hf(mc, pad_token_id: int = 0) -> dict:
   net = ml_collections.ConfigDict(mc.to_dict())
-  net.embedding_size = model_lib.embedding_size(mc)
+  net.embedding_size = bert_model.embedding_size(mc)
   return dict(_config_to_hf(DISCRIMINATOR, net, pad_token_id),
               architectures=["ElectraModel"])
 
@@ -350,7 +350,7 @@ FAMILY = Family(
     transform_rows=(),
     output_hf={heads.POOLED: "classifier.out_proj"}, output_tf={},
     encoder_flops=bert_family.encoder_flops,
-    validate_model=model_lib.validate_model_config,
+    validate_model=bert_model.validate_model_config,
     pretrained_encoder_config=lambda config: bert_family.encoder_config(
         config.model, LAYOUT.pooler_act),
     pretrained_encoder_params=pretrained_encoder_params,

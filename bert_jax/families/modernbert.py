@@ -26,7 +26,7 @@ from bert_jax.hf.mapping import Table
 from bert_jax.models import flops as flops_lib
 from bert_jax.models import heads
 from bert_jax.models import layers
-from bert_jax.models import modernbert as model_lib
+from bert_jax.models import modernbert as modernbert_model
 from bert_jax.models import rope_attention
 from bert_jax.objectives import modernbert as modernbert_objective
 
@@ -83,7 +83,7 @@ def config_to_hf(mc, pad_token_id: int = 0,
       hidden_activation=mc.hidden_act, classifier_activation=mc.hidden_act,
       max_position_embeddings=int(mc.max_position_embeddings),
       initializer_range=float(mc.initializer_range),
-      initializer_cutoff_factor=model_lib.CUTOFF,
+      initializer_cutoff_factor=modernbert_model.CUTOFF,
       norm_eps=float(mc.layer_norm_eps),
       pad_token_id=int(pad_token_id), cls_token_id=cls_id,
       bos_token_id=cls_id, sep_token_id=sep_id, eos_token_id=sep_id,
@@ -169,7 +169,7 @@ def config_from_hf(hf) -> object:
   labels = hf.get("num_labels") or len(hf.get("id2label") or {})
   if labels:
     mc.num_labels = int(labels)
-  model_lib.validate_model_config(mc)
+  modernbert_model.validate_model_config(mc)
   return mc
 
 
@@ -177,7 +177,7 @@ def config_from_hf(hf) -> object:
 # Tables
 # --------------------------------------------------------------------------
 def _mlm(model_config, rngs):
-  return model_lib.ModernBertForMaskedLM(model_config, rngs=rngs)
+  return modernbert_model.ModernBertForMaskedLM(model_config, rngs=rngs)
 
 
 MODERNBERT = Table(
@@ -197,7 +197,7 @@ MODERNBERT = Table(
 def make_encoder(model_config, rngs, pooler: bool):
   """ModernBertModel (no pooler: a sentence head pools its tokens)."""
   del pooler
-  return model_lib.ModernBertModel(model_config, rngs=rngs)
+  return modernbert_model.ModernBertModel(model_config, rngs=rngs)
 
 
 ENCODER = bert_family.encoder_table(
@@ -209,13 +209,13 @@ ENCODER = bert_family.encoder_table(
 
 
 def _prediction_head(model_config, rngs):
-  return model_lib.PredictionHead(model_config, rngs=rngs)
+  return modernbert_model.PredictionHead(model_config, rngs=rngs)
 
 
 LAYOUT = heads.HeadLayout(
     pooler_act=None, transform=_prediction_head,
     dropout_field="classifier_dropout_prob", dropout_roles=heads.ROLES,
-    output_init=model_lib.classifier_init,
+    output_init=modernbert_model.classifier_init,
     transform_flops=lambda mc: 6.0 * int(mc.hidden_size) ** 2)
 
 
@@ -230,7 +230,7 @@ FAMILY = Family(
     pooler_rows=(), transform_rows=_HEAD,
     output_hf={heads.SPAN: "classifier"}, output_tf={},
     encoder_flops=encoder_flops,
-    validate_model=model_lib.validate_model_config,
+    validate_model=modernbert_model.validate_model_config,
     pretrained_encoder_config=lambda config: config.model,
     # The encoder and the prediction head (as HF loads ``head.*`` from a
     # ModernBertForMaskedLM); a task's classifier is fresh.

@@ -18,7 +18,7 @@ import ml_collections
 from flax import nnx
 
 from bert_jax.models import attention as attention_lib
-from bert_jax.models import bert as model_lib
+from bert_jax.models import bert
 from bert_jax.models import layers as layers_lib
 
 
@@ -26,7 +26,7 @@ class AlbertGroup(nnx.Module):
   """`inner_group_num` blocks applied in order (HF AlbertLayerGroup)."""
 
   def __init__(self, config, *, rngs: nnx.Rngs):
-    self.layers = nnx.List([model_lib.Layer(config, rngs=rngs)
+    self.layers = nnx.List([bert.Layer(config, rngs=rngs)
                             for _ in range(config.inner_group_num)])
 
 
@@ -34,9 +34,9 @@ class AlbertModel(nnx.Module):
   """Embeddings (E -> H), the shared groups, and the pooler."""
 
   def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
-    model_lib.validate_model_config(config)
-    self.embeddings = model_lib.Embeddings(config, rngs=rngs)
-    self.embeddings_project = model_lib.embeddings_projection(config, rngs)
+    bert.validate_model_config(config)
+    self.embeddings = bert.Embeddings(config, rngs=rngs)
+    self.embeddings_project = bert.embeddings_projection(config, rngs)
     self.groups = nnx.List([AlbertGroup(config, rngs=rngs)
                             for _ in range(config.num_hidden_groups)])
     self.pooler = layers_lib.Dense(config, config.hidden_size,
@@ -60,9 +60,9 @@ class AlbertModel(nnx.Module):
     mask = attention_lib.make_mask(input_mask, sequence_ids)
     for i in range(self.num_layers):
       for layer in self.groups[self.group_of_layer(i)].layers:
-        x = model_lib.apply_layer(layer, x, mask, self.remat_policy,
+        x = bert.apply_layer(layer, x, mask, self.remat_policy,
                                   deterministic=deterministic, rngs=rngs)
-    return x, model_lib.pool(self.pooler, x, cls_positions=cls_positions)
+    return x, bert.pool(self.pooler, x, cls_positions=cls_positions)
 
 
 class AlbertForPreTraining(nnx.Module):
@@ -70,7 +70,7 @@ class AlbertForPreTraining(nnx.Module):
 
   def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
     self.albert = AlbertModel(config, rngs=rngs)
-    self.mlm_head = model_lib.MaskedLMHead(config, rngs=rngs)
+    self.mlm_head = bert.MaskedLMHead(config, rngs=rngs)
     self.sop_dropout = nnx.Dropout(config.classifier_dropout_prob)
     self.sop_head = layers_lib.Dense(config, config.hidden_size, 2,
                                     ("embed", "classes"), rngs=rngs)
@@ -86,7 +86,7 @@ class AlbertForPreTraining(nnx.Module):
                               position_ids=position_ids,
                               cls_positions=cls_positions)
     mlm_logits = self.mlm_head(
-        model_lib.gather_positions(seq, masked_lm_positions),
+        bert.gather_positions(seq, masked_lm_positions),
         self.albert.embeddings.word_embeddings[...])
     h = self.sop_dropout(pooled, deterministic=deterministic, rngs=rngs)
     sop_logits = (h @ self.sop_head.kernel[...] + self.sop_head.bias[...])

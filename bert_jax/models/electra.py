@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from bert_jax.models import bert as model_lib
+from bert_jax.models import bert
 from bert_jax.models import layers as layers_lib
 
 
@@ -59,7 +59,7 @@ def generator_config(config: ml_collections.ConfigDict
                                 or max(1, gen.hidden_size // 64))
   gen.intermediate_size = int(obj.generator_intermediate_size
                               or 4 * gen.hidden_size)
-  gen.embedding_size = model_lib.embedding_size(disc)
+  gen.embedding_size = bert.embedding_size(disc)
   if gen.hidden_size % gen.num_attention_heads:
     raise ValueError(
         f"The generator's hidden size {gen.hidden_size} (model.hidden_size="
@@ -73,8 +73,8 @@ class Generator(nnx.Module):
   """Encoder + MLM head decoding with the shared word embeddings."""
 
   def __init__(self, config, *, rngs: nnx.Rngs):
-    self.encoder = model_lib.Encoder(config, rngs=rngs)
-    self.mlm_head = model_lib.MaskedLMHead(config, rngs=rngs)
+    self.encoder = bert.Encoder(config, rngs=rngs)
+    self.mlm_head = bert.MaskedLMHead(config, rngs=rngs)
 
   def __call__(self, embedded, input_mask, word_embeddings, positions=None, *,
                deterministic=True, rngs=None):
@@ -102,7 +102,7 @@ class DiscriminatorHead(nnx.Module):
 
 class Discriminator(nnx.Module):
   def __init__(self, config, *, rngs: nnx.Rngs):
-    self.encoder = model_lib.Encoder(config, rngs=rngs)
+    self.encoder = bert.Encoder(config, rngs=rngs)
     self.head = DiscriminatorHead(config, rngs=rngs)
 
   def __call__(self, embedded, input_mask, *, deterministic=True, rngs=None):
@@ -119,8 +119,8 @@ class ElectraForPreTraining(nnx.Module):
   """
 
   def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
-    model_lib.validate_model_config(config.model)
-    self.embeddings = model_lib.Embeddings(config.model, rngs=rngs)
+    bert.validate_model_config(config.model)
+    self.embeddings = bert.Embeddings(config.model, rngs=rngs)
     self.generator = Generator(generator_config(config), rngs=rngs)
     self.discriminator = Discriminator(config.model, rngs=rngs)
 
@@ -158,7 +158,7 @@ class ElectraDiscriminatorModel(nnx.Module):
   the discriminator's model config (``model``)."""
 
   def __init__(self, config, *, rngs: nnx.Rngs):
-    self.embeddings = model_lib.Embeddings(config, rngs=rngs)
+    self.embeddings = bert.Embeddings(config, rngs=rngs)
     self.discriminator = Discriminator(config, rngs=rngs)
 
   def __call__(self, input_ids, input_mask, segment_ids):
@@ -171,7 +171,7 @@ class ElectraGeneratorModel(nnx.Module):
   the generator's model config (:func:`generator_config`)."""
 
   def __init__(self, config, *, rngs: nnx.Rngs):
-    self.embeddings = model_lib.Embeddings(config, rngs=rngs)
+    self.embeddings = bert.Embeddings(config, rngs=rngs)
     self.generator = Generator(config, rngs=rngs)
 
   def __call__(self, input_ids, input_mask, segment_ids, positions=None, *,

@@ -20,14 +20,14 @@ from flax import nnx
 
 from bert_jax.data import checks as data_checks
 from bert_jax.data import features
-from bert_jax.models import bert as model_lib
+from bert_jax.models import bert
 from bert_jax.models import flops as flops_lib
 from bert_jax.objectives import Objective
 from bert_jax.objectives import safe_div
 
 
 def make_model(config, rngs):
-  return model_lib.BertForPreTraining(config.model, rngs=rngs)
+  return bert.BertForPreTraining(config.model, rngs=rngs)
 
 
 def feature_spec(config):

@@ -32,7 +32,7 @@ import numpy as np
 
 from bert_jax.data import checks as data_checks
 from bert_jax.data import features
-from bert_jax.models import bert as model_lib
+from bert_jax.models import bert as bert_model
 from bert_jax.models import flops as flops_lib
 from bert_jax.objectives import Objective
 from bert_jax.objectives import Teacher
@@ -60,11 +60,11 @@ def student_layer_map(teacher_layers: int, student_layers: int) -> list[int]:
 
 
 def make_model(config, rngs):
-  return model_lib.BertForMaskedLM(student_config(config), rngs=rngs)
+  return bert_model.BertForMaskedLM(student_config(config), rngs=rngs)
 
 
 def make_teacher(config, rngs):
-  return model_lib.BertForPreTraining(config.model, rngs=rngs)
+  return bert_model.BertForPreTraining(config.model, rngs=rngs)
 
 
 def feature_spec(config):

@@ -22,7 +22,7 @@ from bert_jax import config_lib
 from bert_jax.data import checks as data_checks
 from bert_jax.data import features
 from bert_jax.models import flops as flops_lib
-from bert_jax.models import modernbert as model_lib
+from bert_jax.models import modernbert
 from bert_jax.objectives import Objective
 from bert_jax.objectives import bert
 from bert_jax.objectives import check_packed_input
@@ -73,7 +73,7 @@ def published_config(size: str):
 
 
 def make_model(config, rngs):
-  return model_lib.ModernBertForMaskedLM(config.model, rngs=rngs)
+  return modernbert.ModernBertForMaskedLM(config.model, rngs=rngs)
 
 
 def feature_spec(config):
@@ -111,7 +111,7 @@ def metrics(sums, counts_, config) -> dict:
 def validate(config) -> None:
   """The pretraining pipeline's checks; no sentence-pair head: NSP / SOP
   batches are refused."""
-  model_lib.validate_model_config(config.model)
+  modernbert.validate_model_config(config.model)
   check_packed_input(config, "ModernBERT")  # First: the cause, not a symptom.
   data_checks.check_pretraining(config)
 

@@ -17,7 +17,7 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from bert_jax.data import task_sources as ts
+from bert_jax.data import task_sources
 
 
 def _w(weights: Optional[np.ndarray], n: int) -> np.ndarray:
@@ -113,12 +113,12 @@ def spearman(labels, preds, weights=None) -> float:
 
 
 METRICS = {
-    ts.ACCURACY: accuracy, ts.F1: f1, ts.MCC: matthews_corrcoef,
-    ts.PEARSON: pearson, ts.SPEARMAN: spearman,
+    task_sources.ACCURACY: accuracy, task_sources.F1: f1, task_sources.MCC: matthews_corrcoef,
+    task_sources.PEARSON: pearson, task_sources.SPEARMAN: spearman,
 }
 
 
-def predictions(outputs: np.ndarray, spec: ts.TaskSpec) -> np.ndarray:
+def predictions(outputs: np.ndarray, spec: task_sources.TaskSpec) -> np.ndarray:
   """Logits [N, num_labels] -> class ids; regression outputs -> floats."""
   outputs = np.asarray(outputs)
   if spec.regression:
@@ -126,7 +126,7 @@ def predictions(outputs: np.ndarray, spec: ts.TaskSpec) -> np.ndarray:
   return outputs.argmax(axis=-1)
 
 
-def task_scores(spec: ts.TaskSpec, labels, preds, weights=None
+def task_scores(spec: task_sources.TaskSpec, labels, preds, weights=None
                 ) -> dict[str, float]:
   """The task's official metrics, {metric name: value}."""
   return {m: METRICS[m](labels, preds, weights) for m in spec.metrics}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ml_collections
 
 from bert_jax import compose
-from bert_jax.models import bert as model_lib
+from bert_jax.models import bert
 from bert_jax.training import optim
 from bert_jax.training import phases as phases_lib
 from bert_jax.training import preemption
@@ -28,7 +28,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int,
   mesh and phases. Returns the run's phases, resolved here once for the job
   to pass on (`Trainer(phases=...)`)."""
   compose.objective(config)  # Names one: ValueError listing them if not.
-  model_lib.validate_model_config(config.model)
+  bert.validate_model_config(config.model)
   _check_objective(config)
   _check_train_and_mesh(config, num_devices, process_count)
   phases = _check_phases(config, num_devices, process_count)

@@ -14,7 +14,7 @@ from absl import logging
 
 from bert_jax import compose
 from bert_jax import pretrained
-from bert_jax.checkpoints import manager as checkpointing
+from bert_jax.checkpoints import manager
 from bert_jax.checkpoints import reading as checkpoint_reading
 from bert_jax.checkpoints import workdir_lock
 from bert_jax.models import flops as flops_lib
@@ -23,7 +23,7 @@ from bert_jax.training import config_checks
 from bert_jax.training import metrics_writer
 from bert_jax.training import phases as phases_lib
 from bert_jax.training import preemption
-from bert_jax.training import pretraining_input as pretraining_data
+from bert_jax.training import pretraining_input
 from bert_jax.training import sharding
 from bert_jax.training import start_from
 from bert_jax.training import steps as steps_lib
@@ -121,7 +121,7 @@ class Trainer:
     latest = _latest_step(workdir)
     self._phase = phases_lib.at_step(self.phases, max((latest or 0) - 1, 0))
     if data is None:
-      data = pretraining_data.PretrainingInput(config, workdir,
+      data = pretraining_input.PretrainingInput(config, workdir,
                               self._phase_config(self._phase))
     elif len(self.phases) > 1:
       raise ValueError("train.phases / train.recipe apply to pretraining "
@@ -143,7 +143,7 @@ class Trainer:
                                        phases=self.phases)
     self.abstract_state = self.programs.abstract_state
     self.batch_sharding = self.programs.batch_sharding
-    self.checkpointer = checkpointing.Checkpointer(workdir, config.checkpoint)
+    self.checkpointer = manager.Checkpointer(workdir, config.checkpoint)
     self._train_steps = {}  # Global batch shape -> compiled step.
     self._phase_steps = {}  # Phase index -> (compiled step, batch shape).
     self._compile()

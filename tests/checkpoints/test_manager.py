@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from bert_jax.checkpoints import checks as checkpoint_checks
-from bert_jax.checkpoints import manager as checkpointing
+from bert_jax.checkpoints import manager
 from bert_jax.checkpoints import orbax_reads
 from bert_jax.checkpoints import reading as checkpoint_reading
 from bert_jax.training import preemption
@@ -99,7 +99,7 @@ def programs():
 
 def save_steps(workdir, config, abstract, steps, iterator=None):
   """Save random states at `steps`; returns {step: host copy}."""
-  ckpt = checkpointing.Checkpointer(str(workdir), config.checkpoint)
+  ckpt = manager.Checkpointer(str(workdir), config.checkpoint)
   saved = {}
   for s in steps:
     state = random_state(abstract, seed=s)
@@ -136,7 +136,7 @@ def test_async_save_holds_state_and_iterator_of_the_save_step(tmp_path):
   expected = host(state)
   it = CountingIterator()
   it.position = 7
-  ckpt = checkpointing.Checkpointer(str(tmp_path), config.checkpoint)
+  ckpt = manager.Checkpointer(str(tmp_path), config.checkpoint)
   ckpt.save(7, state, it, meta={"metrics": {"loss": 1.5}})
   next(it)  # The loop goes on at once...
   for _ in range(3):
@@ -156,7 +156,7 @@ def test_keeps_last_n_plus_every_keep_period_step(tmp_path):
   config.checkpoint.update(max_to_keep=2, keep_period=4, async_save=False)
   abstract = small_abstract(sharding.make_mesh(config.mesh))
   save_steps(tmp_path, config, abstract, range(1, 10))
-  ckpt = checkpointing.Checkpointer(str(tmp_path), config.checkpoint)
+  ckpt = manager.Checkpointer(str(tmp_path), config.checkpoint)
   assert ckpt.all_steps() == [4, 8, 9]
   ckpt.close()
 
@@ -169,7 +169,7 @@ _MESH_SCRIPT = textwrap.dedent("""
     import jax, numpy as np
     from tests.checkpoints.test_manager import small_config, random_state, host
     from bert_jax.checkpoints import checks as checkpoint_checks
-    from bert_jax.checkpoints import manager as checkpointing
+    from bert_jax.checkpoints import manager
     from bert_jax.checkpoints import reading as checkpoint_reading
     from bert_jax.training import sharding
     from bert_jax.training import steps as steps_lib
@@ -196,7 +196,7 @@ _MESH_SCRIPT = textwrap.dedent("""
                 checkpoint_checks.state_digest(state, on_device=False)), name
         flat = checkpoint_checks._flat(host(state))
         np.savez(f"{root}/{name}.npz", **flat)
-        ckpt = checkpointing.Checkpointer(workdir, config.checkpoint)
+        ckpt = manager.Checkpointer(workdir, config.checkpoint)
         ckpt.save(3, state, meta=dict(config=config.to_dict()))
         ckpt.wait(); ckpt.close()
         out[name] = sorted({str(a.sharding.shard_shape(a.shape)) for a in
@@ -209,7 +209,7 @@ _MESH_SCRIPT = textwrap.dedent("""
                                 (jax.devices()[:1], dict(data=-1))):
           config, p = programs(dict(dict(data=1, fsdp=1, tensor=1), **target),
                                devices)
-          ckpt = checkpointing.Checkpointer(workdir, config.checkpoint)
+          ckpt = manager.Checkpointer(workdir, config.checkpoint)
           state = ckpt.restore(3, p.abstract_state)
           ckpt.close()
           flat = checkpoint_checks._flat(host(state))
@@ -266,7 +266,7 @@ def test_wrong_model_config_names_path_and_both_shapes(saved_run, tmp_path):
   workdir, _ = saved_run
   other = small_config(hidden=32, heads=2)
   p = steps_lib.Programs(other, sharding.make_mesh(other.mesh))
-  ckpt = checkpointing.Checkpointer(str(workdir), other.checkpoint)
+  ckpt = manager.Checkpointer(str(workdir), other.checkpoint)
   with pytest.raises(ValueError) as e:
     ckpt.restore_latest(p.abstract_state, config=other)
   msg = str(e.value)
@@ -286,7 +286,7 @@ def test_params_only_restore_happens_only_when_asked(saved_run, tmp_path,
   workdir, saved = saved_run
   config, p = programs
   # A fresh workdir restores nothing by itself...
-  fresh = checkpointing.Checkpointer(str(tmp_path / "new"), config.checkpoint)
+  fresh = manager.Checkpointer(str(tmp_path / "new"), config.checkpoint)
   assert fresh.restore_latest(p.abstract_state) == (None, None)
   fresh.close()
   # ...and train.init_from takes params (only) of another run's latest step.
@@ -332,7 +332,7 @@ def test_damaged_latest_step_falls_back_to_previous_with_warning(
     open(step_dir / "state" / "_METADATA", "w").close()
   else:
     os.remove(step_dir / "data" / "position")
-  ckpt = checkpointing.Checkpointer(str(workdir), config.checkpoint)
+  ckpt = manager.Checkpointer(str(workdir), config.checkpoint)
   it = CountingIterator()
   printed = []  # What would reach the interpreter's hook (which prints).
   monkeypatch.setattr(sys, "unraisablehook", printed.append)
@@ -347,7 +347,7 @@ def test_damaged_latest_step_falls_back_to_previous_with_warning(
   assert "newest good checkpoint" in caplog.text
   # The bad step is set aside, not deleted, and never listed again...
   assert ckpt.all_steps() == [2]
-  assert len(os.listdir(workdir / checkpointing.CORRUPT_DIR)) == 1
+  assert len(os.listdir(workdir / manager.CORRUPT_DIR)) == 1
   # ...and does not block saving that step again.
   ckpt.save(4, state, it)
   ckpt.wait()
@@ -451,7 +451,7 @@ def test_overwritten_bytes_are_found_at_restore_and_set_aside(
   with open(biggest, "r+b") as f:
     f.seek(int(os.path.getsize(biggest) * where))
     f.write(np.random.default_rng(0).bytes(16))
-  ckpt = checkpointing.Checkpointer(str(workdir), config.checkpoint)
+  ckpt = manager.Checkpointer(str(workdir), config.checkpoint)
   with pytest.raises(checkpoint_checks.CheckpointDamagedError,
                      match=r"^Checkpoint step 4 in .* is damaged: (\S+) "
                      r"differs from the checksums written at save") as e:
@@ -472,7 +472,7 @@ def test_overwritten_bytes_are_found_at_restore_and_set_aside(
   assert_trees_equal(state, saved[2])
   assert "Checkpoint step 4" in caplog.text and "checksum" in caplog.text
   assert ckpt.all_steps() == [2]
-  assert len(os.listdir(workdir / checkpointing.CORRUPT_DIR)) == 1
+  assert len(os.listdir(workdir / manager.CORRUPT_DIR)) == 1
   ckpt.close()
   params, _, step = checkpoint_reading.load_params(str(workdir))
   assert step == 2
@@ -490,7 +490,7 @@ def test_truncated_meta_is_set_aside_and_export_says_so(saved_run, tmp_path,
   with pytest.raises(ValueError, match=r"^Checkpoint step 4 in .* is damaged:"
                      r" its meta .* is unreadable"):
     checkpoint_reading.load_params(str(workdir))
-  ckpt = checkpointing.Checkpointer(str(workdir), config.checkpoint)
+  ckpt = manager.Checkpointer(str(workdir), config.checkpoint)
   with caplog.at_level(logging.WARNING):
     state, step = ckpt.restore_latest(p.abstract_state)
   assert step == 2
@@ -511,7 +511,7 @@ def test_interrupted_save_is_never_latest_and_never_blocks(saved_run,
   os.remove(partial / "commit_success.txt")
   for f in glob.glob(f"{partial}/state/ocdbt.process_0/d/*")[:1]:
     os.remove(f)
-  ckpt = checkpointing.Checkpointer(str(workdir), config.checkpoint)
+  ckpt = manager.Checkpointer(str(workdir), config.checkpoint)
   assert ckpt.latest_step() == 4
   state, step = ckpt.restore_latest(p.abstract_state)
   assert step == 4
@@ -531,7 +531,7 @@ def test_save_refuses_nonfinite_params(tmp_path, programs):
   state = host(random_state(p.abstract_state))
   state["params"]["bert"]["layers"][1]["feed_forward"]["output"]["bias"][3] = (
       np.nan)
-  ckpt = checkpointing.Checkpointer(str(tmp_path), config.checkpoint)
+  ckpt = manager.Checkpointer(str(tmp_path), config.checkpoint)
   with pytest.raises(FloatingPointError,
                      match="params/bert/layers/1/feed_forward/output/bias"):
     ckpt.save(5, state)

@@ -15,7 +15,7 @@ from bert_jax import config_lib
 from bert_jax.data import demo_corpus
 from bert_jax.data import features
 from bert_jax.data import packing
-from bert_jax.data import pipeline as ip
+from bert_jax.data import pipeline
 from bert_jax.data import sources as data_sources
 from bert_jax.data import tokenizers
 from bert_jax.training import config_checks
@@ -146,7 +146,7 @@ def _config(corpus, **data):
 def _examples(config, tok, workdir):
   """One epoch of unbatched examples (the builder's, before packing)."""
   plan = data_sources.plan(config.data, workdir)
-  return ip.example_dataset(config, tok, plan, epochs=1)
+  return pipeline.example_dataset(config, tok, plan, epochs=1)
 
 
 def _unpacked(rows):
@@ -179,7 +179,7 @@ def test_packed_pipeline_holds_exactly_the_examples(corpus, tmp_path,
       n = int(mask.sum())
       built.append((tuple(ids[:n]), tuple(types[:n]), int(label)))
   rows = collections.defaultdict(list)
-  for b in ip.packed_rows(ds, c.data, tok, np.array([1, 2])).batch(1024):
+  for b in pipeline.packed_rows(ds, c.data, tok, np.array([1, 2])).batch(1024):
     for k, v in b.items():
       rows[k].append(v.numpy())
   rows = {k: np.concatenate(v) for k, v in rows.items()}
@@ -192,7 +192,7 @@ def test_packed_pipeline_holds_exactly_the_examples(corpus, tmp_path,
   assert (rows["input_mask"].mean() >
           np.mean([len(b[0]) for b in built]) / T + 0.2)
   # The batches the trainer gets: masked, in the packed spec.
-  it = ip.create_train_iterator(c, tok, str(tmp_path))
+  it = pipeline.create_train_iterator(c, tok, str(tmp_path))
   batch = next(it)
   shapes = features.batch_shapes(features.PACKED_PRETRAINING, 8, T, 10, 6)
   assert {k: (v.shape, v.dtype) for k, v in batch.items()} == shapes
@@ -272,7 +272,7 @@ def test_modernbert_pretrains_on_packed_document_chunks(corpus, tmp_path):
   c.model.update(family_checks.MODERNBERT_TINY, local_attention=16)
   config_checks.validate(c, 1, check_sources=False)
   objective = compose.objective(c)
-  batch = next(ip.create_train_iterator(c, corpus["tok"], str(tmp_path)))
+  batch = next(pipeline.create_train_iterator(c, corpus["tok"], str(tmp_path)))
   assert set(objective.feature_spec(c)) == set(batch)
   assert batch["sequence_ids"].max() > 1  # Several documents a row.
   model = objective.make_model(c, nnx.Rngs(0))

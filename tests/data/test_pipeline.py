@@ -17,7 +17,7 @@ from bert_jax import config_lib
 from bert_jax.data import demo_corpus
 from bert_jax.data import examples
 from bert_jax.data import features
-from bert_jax.data import pipeline as ip
+from bert_jax.data import pipeline
 from bert_jax.data import sources as data_sources
 from bert_jax.data import tokenizers
 from bert_jax.training import config_checks
@@ -95,7 +95,7 @@ def unmasked(batch):
 
 def one_epoch_examples(config, tok, workdir, pi=0, pc=1, mode="train"):
   plan = data_sources.plan(config.data, workdir)
-  ds = ip.example_dataset(config, tok, plan, pi, pc, mode, epochs=1)
+  ds = pipeline.example_dataset(config, tok, plan, pi, pc, mode, epochs=1)
   rows = []
   for ex in ds.batch(512):
     rows.extend(tuple(r) for r in ex["input_ids"].numpy())
@@ -108,7 +108,7 @@ def one_epoch_examples(config, tok, workdir, pi=0, pc=1, mode="train"):
 def test_batch_shapes_and_dtypes(uniq, tmp_path):
   for obj in ("nsp", "sop", "packed"):
     c = make_config(uniq["glob"], uniq["tok"].path, objective=obj)
-    it = ip.create_train_iterator(c, uniq["tok"], str(tmp_path))
+    it = pipeline.create_train_iterator(c, uniq["tok"], str(tmp_path))
     for _ in range(2):
       b = next(it)
       expect = dict(input_ids=(np.int32, (16, T)), input_mask=(np.int32, (16, T)),
@@ -140,7 +140,7 @@ def test_pairs_labels_segments_and_order(uniq, tmp_path, obj):
   labels = []
   n_short = 0
   plan = data_sources.plan(c.data, str(tmp_path))
-  ds = ip.example_dataset(c, tok, plan, 0, 1, "train", epochs=3)
+  ds = pipeline.example_dataset(c, tok, plan, 0, 1, "train", epochs=3)
   for ex in ds.batch(1024):
     for ids, seg, mask, lab in zip(ex["input_ids"].numpy(),
                                    ex["segment_ids"].numpy(),
@@ -212,13 +212,13 @@ def test_save_restore_continues_identically(uniq, tmp_path):
   files = sorted(tf.io.gfile.glob(uniq["glob"]))
   c = make_config("", tok.path, whole_word_mask=True,
                   sources=f"{files[0]},{files[1]}@0.7;text:{files[2]}@0.3")
-  it = ip.create_train_iterator(c, tok, str(tmp_path))
+  it = pipeline.create_train_iterator(c, tok, str(tmp_path))
   for _ in range(5):
     next(it)
   it.save(str(tmp_path / "ckpt"))
   assert os.path.isdir(tmp_path / "ckpt" / "process_0")
   want = [next(it) for _ in range(6)]
-  it2 = ip.create_train_iterator(c, tok, str(tmp_path))
+  it2 = pipeline.create_train_iterator(c, tok, str(tmp_path))
   next(it2)  # advance, then restore must rewind to the saved state
   it2.restore(str(tmp_path / "ckpt"))
   got = [next(it2) for _ in range(6)]
@@ -233,9 +233,9 @@ def test_eval_batches_identical_and_held_out(uniq, tmp_path):
   tok = uniq["tok"]
   c = make_config(uniq["glob"], tok.path, eval_fraction=0.1,
                   num_eval_batches=3)
-  e1 = ip.create_eval_batches(c, tok, str(tmp_path))
-  ip._eval_batches.cache_clear()
-  e2 = ip.create_eval_batches(c, tok, str(tmp_path))
+  e1 = pipeline.create_eval_batches(c, tok, str(tmp_path))
+  pipeline._eval_batches.cache_clear()
+  e2 = pipeline.create_eval_batches(c, tok, str(tmp_path))
   assert len(e1) == 3
   for a, b in zip(e1, e2):
     for k in features.PRETRAINING_NAMES:
@@ -265,11 +265,11 @@ def test_two_processes_disjoint_and_complete(uniq, tmp_path, files):
 def test_per_host_batch(uniq, tmp_path):
   tok = uniq["tok"]
   c = make_config(uniq["glob"], tok.path)
-  it = ip.create_train_iterator(c, tok, str(tmp_path), process_index=1,
+  it = pipeline.create_train_iterator(c, tok, str(tmp_path), process_index=1,
                                 process_count=2)
   assert next(it)["input_ids"].shape == (8, T)
   with pytest.raises(ValueError, match="not divisible"):
-    ip.create_train_iterator(c, tok, str(tmp_path), process_index=0,
+    pipeline.create_train_iterator(c, tok, str(tmp_path), process_index=0,
                              process_count=3)
 
 
@@ -291,7 +291,7 @@ def test_bad_data_is_skipped_and_counted(uniq, tmp_path):
       content.encode("utf-8", errors="surrogateescape").replace(
           "\xff\xfe".encode("utf-8"), b"\xff\xfe"))
   c = make_config(str(d / "*.txt"), tok.path, shuffle_buffer=0)
-  it = ip.create_train_iterator(c, tok, str(tmp_path))
+  it = pipeline.create_train_iterator(c, tok, str(tmp_path))
   for _ in range(40):
     b = next(it)
     assert b["input_ids"].shape == (16, T)
@@ -317,7 +317,7 @@ def test_empty_corpus_raises_not_hangs(uniq, tmp_path):
   (tmp_path / "ws.txt").write_text("   \n\n\t\n \n")
   c = make_config(str(tmp_path / "ws.txt"), tok.path)
   with pytest.raises(ValueError, match="produced no examples"):
-    ip.create_train_iterator(c, tok, str(tmp_path))
+    pipeline.create_train_iterator(c, tok, str(tmp_path))
   c = make_config(str(tmp_path / "missing-*.txt"), tok.path)
   with pytest.raises(ValueError, match="missing-"):
     _validate(c, tok)
@@ -387,7 +387,7 @@ def test_tfds_source_mixed_with_text(uniq, tmp_path):
   c = make_config("", tok.path, sources=f"tfds:{name}:train@1;{files[3]}@1",
                   tfds_data_dir=str(tmp_path / "tfds"), shuffle_buffer=0)
   _validate(c, tok)
-  it = ip.create_train_iterator(c, tok, str(tmp_path))
+  it = pipeline.create_train_iterator(c, tok, str(tmp_path))
   b = next(it)
   assert b["input_ids"].shape == (16, T)
   # TFDS shards by example across processes: disjoint, together complete.
@@ -416,11 +416,11 @@ def test_demo_corpus_default_path(tmp_path):
   tok = tokenizers.load_tokenizer(c.data, wd)
   assert tok.vocab_size <= 500
   _validate(c, tok)
-  it = ip.create_train_iterator(c, tok, wd)
+  it = pipeline.create_train_iterator(c, tok, wd)
   b = next(it)
   assert b["input_ids"].shape == (8, 64)
   assert set(np.unique(b["next_sentence_labels"])) <= {0, 1}
-  ev = ip.create_eval_batches(c, tok, wd)
+  ev = pipeline.create_eval_batches(c, tok, wd)
   assert len(ev) == 2
   text = tok.decode(ev[0]["input_ids"][0])
   assert text.startswith("[CLS]")
@@ -436,7 +436,7 @@ def test_nsp_balanced_on_one_long_document(uniq, tmp_path):
   c = make_config(path, tok.path, objective="nsp")
   labels = []
   plan = data_sources.plan(c.data, str(tmp_path))
-  for ex in ip.example_dataset(c, tok, plan, 0, 1, "train",
+  for ex in pipeline.example_dataset(c, tok, plan, 0, 1, "train",
                                epochs=2).batch(1024):
     labels.extend(ex["next_sentence_labels"].numpy().tolist())
   assert len(labels) > 500
@@ -502,23 +502,23 @@ def test_traced_stages_and_eval_batches_are_cached(uniq, tmp_path):
   tok = uniq["tok"]
   c = make_config(uniq["glob"], tok.path, eval_fraction=0.1)
   wd = str(tmp_path)
-  ip.create_train_iterator(c, tok, wd)
-  builders, maskers = (ip.traced_builder.cache_info().misses,
-                       ip.traced_masker.cache_info().misses)
-  next(ip.create_train_iterator(c, tok, wd))
-  assert ip.traced_builder.cache_info().misses == builders
-  assert ip.traced_masker.cache_info().misses == maskers
+  pipeline.create_train_iterator(c, tok, wd)
+  builders, maskers = (pipeline.traced_builder.cache_info().misses,
+                       pipeline.traced_masker.cache_info().misses)
+  next(pipeline.create_train_iterator(c, tok, wd))
+  assert pipeline.traced_builder.cache_info().misses == builders
+  assert pipeline.traced_masker.cache_info().misses == maskers
   # Another Tokenizer object (its own tf_text resources) gets its own trace.
   tok2 = tokenizers.load(tok.path, tokenizers.WORDPIECE, lower_case=True)
-  ip.create_train_iterator(c, tok2, wd)
-  assert ip.traced_builder.cache_info().misses == builders + 1
-  e1 = ip.create_eval_batches(c, tok, wd)
-  misses = ip._eval_batches.cache_info().misses
-  e2 = ip.create_eval_batches(c, tok2, wd)  # same tokenizer file: cached
-  assert ip._eval_batches.cache_info().misses == misses
+  pipeline.create_train_iterator(c, tok2, wd)
+  assert pipeline.traced_builder.cache_info().misses == builders + 1
+  e1 = pipeline.create_eval_batches(c, tok, wd)
+  misses = pipeline._eval_batches.cache_info().misses
+  e2 = pipeline.create_eval_batches(c, tok2, wd)  # same tokenizer file: cached
+  assert pipeline._eval_batches.cache_info().misses == misses
   assert e1[0] is not e2[0] and e1[0]["input_ids"] is e2[0]["input_ids"]
   c.data.num_eval_batches = 1
-  assert len(ip.create_eval_batches(c, tok, wd)) == 1
+  assert len(pipeline.create_eval_batches(c, tok, wd)) == 1
 
 
 def _corpus_with_bad_lines(uniq, path, every=10):
@@ -539,7 +539,7 @@ def test_data_counters_are_real_from_the_first_batch(uniq, tmp_path, caplog):
   path = tmp_path / "some_bad.txt"
   n_bad, _ = _corpus_with_bad_lines(uniq, path)
   c = make_config(str(path), tok.path)  # shuffled (buffer 64), 256-line blocks
-  it = ip.create_train_iterator(c, tok, str(tmp_path))
+  it = pipeline.create_train_iterator(c, tok, str(tmp_path))
   with caplog.at_level("INFO"):
     next(it)
   # Every example carries its share of its block's counts, so the first
@@ -557,7 +557,7 @@ def test_data_counters_are_real_from_the_first_batch(uniq, tmp_path, caplog):
   assert it.stats["examples"] == 160
   # The shares of one epoch add up to the corpus' own counts.
   plan = data_sources.plan(c.data, str(tmp_path))
-  ds = ip.example_dataset(c, tok, plan, epochs=1)
+  ds = pipeline.example_dataset(c, tok, plan, epochs=1)
   total = sum(ex[examples.STATS_KEY].numpy().sum(0) for ex in ds.batch(4096))
   st = dict(zip(examples.STATS, total.tolist()))
   assert st["invalid_utf8_lines"] == n_bad, st
@@ -565,7 +565,7 @@ def test_data_counters_are_real_from_the_first_batch(uniq, tmp_path, caplog):
 
 def test_clean_data_gives_no_warning(uniq, tmp_path, caplog):
   c = make_config(uniq["glob"], uniq["tok"].path)
-  it = ip.create_train_iterator(c, uniq["tok"], str(tmp_path))
+  it = pipeline.create_train_iterator(c, uniq["tok"], str(tmp_path))
   with caplog.at_level("WARNING"):
     for _ in range(10):
       next(it)
@@ -580,7 +580,7 @@ def test_binary_source_is_one_error_naming_it(uniq, tmp_path):
   c = make_config(f"{tmp_path / 'good.txt'};{path}", tok.path)
   c.data.sources, c.data.train_files = c.data.train_files, ""
   with pytest.raises(ValueError, match="yields no usable sentences") as e:
-    ip.create_train_iterator(c, tok, str(tmp_path))
+    pipeline.create_train_iterator(c, tok, str(tmp_path))
   assert str(path) in str(e.value) and "good.txt" not in str(e.value)
 
 

@@ -21,7 +21,7 @@ import tensorflow as tf
 from bert_jax import config_lib
 from bert_jax.data import demo_corpus
 from bert_jax.data import features
-from bert_jax.data import pipeline as ip
+from bert_jax.data import pipeline
 from bert_jax.data import records
 from bert_jax.data import sources as data_sources
 from bert_jax.data import tokenizers
@@ -105,9 +105,9 @@ def test_same_text_as_text_file_and_as_records_gives_same_batches(
   tok = corpus["tok"]
   text = _config(f"text:{corpus['dir'] / 'text' / '*.txt'}")
   recs = _config(f"{kind}:{corpus['dir'] / kind / '*'}")
-  want = ip.make_dataset(text, tok, data_sources.plan(text.data, None),
+  want = pipeline.make_dataset(text, tok, data_sources.plan(text.data, None),
                          keep_stats=False).take(12)
-  got = ip.make_dataset(recs, tok, data_sources.plan(recs.data,
+  got = pipeline.make_dataset(recs, tok, data_sources.plan(recs.data,
                                                      str(tmp_path)),
                         keep_stats=False).take(12)
   n = 0
@@ -124,12 +124,12 @@ def test_jsonl_and_parquet_mixed_resume_exactly(corpus, tmp_path):
   tok = corpus["tok"]
   c = _config(f"jsonl:{corpus['dir'] / 'jsonl' / '*'}@0.6;"
               f"parquet:{corpus['dir'] / 'parquet' / '*'}@0.4")
-  it = ip.create_train_iterator(c, tok, str(tmp_path))
+  it = pipeline.create_train_iterator(c, tok, str(tmp_path))
   for _ in range(5):
     next(it)
   it.save(str(tmp_path / "ckpt"))
   want = [next(it) for _ in range(6)]
-  again = ip.create_train_iterator(c, tok, str(tmp_path))
+  again = pipeline.create_train_iterator(c, tok, str(tmp_path))
   next(again)
   again.restore(str(tmp_path / "ckpt"))
   for w, g in zip(want, [next(again) for _ in range(6)]):

@@ -218,9 +218,9 @@ def _random_like(hf_dir: str, out: str) -> str:
   from bert_jax import pretrained
   from bert_jax.hf import checkpoint_io
   from bert_jax.hf import tokenizer_files
-  from bert_jax.models import bert as model_lib
+  from bert_jax.models import bert as bert_model
   model_config = pretrained.load_model_config(hf_dir)
-  model = model_lib.BertForPreTraining(model_config, rngs=nnx.Rngs(0))
+  model = bert_model.BertForPreTraining(model_config, rngs=nnx.Rngs(0))
   checkpoint_io.save_hf_model(out, nnx.to_pure_dict(nnx.state(model, nnx.Param)), model_config,
       tokenizer=tokenizer_files.TokenizerSpec(
           "wordpiece", os.path.join(hf_dir, "vocab.txt"), True), table=bert_family.BERT)

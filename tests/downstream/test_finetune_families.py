@@ -15,7 +15,7 @@ from bert_jax import compose
 from bert_jax import pretrained
 from bert_jax import tasks
 from bert_jax.downstream import finetuning
-from bert_jax.models import bert as model_lib
+from bert_jax.models import bert as bert_model
 
 VOCAB, SEQ = 128, 16
 
@@ -71,7 +71,7 @@ def test_encoder_hooks_rebuild_the_family_encoder(family):
   params = _noised(run_model)
   nnx.update(run_model, params)
   enc_config = compose.encoder_config(config)
-  bert = model_lib.BertModel(enc_config, rngs=nnx.Rngs(1))
+  bert = bert_model.BertModel(enc_config, rngs=nnx.Rngs(1))
   graphdef, fresh = nnx.split(bert, nnx.Param)
   fresh = fresh.to_pure_dict()
   encoder = compose.encoder_params(config, params)["bert"]
@@ -99,7 +99,7 @@ def test_pretraining_bert_still_refuses_factorized_embeddings():
   c = _config("bert")
   c.model.embedding_size = 32
   with pytest.raises(ValueError, match="BERT has no embedding projection"):
-    model_lib.BertForPreTraining(c.model, rngs=nnx.Rngs(0))
+    bert_model.BertForPreTraining(c.model, rngs=nnx.Rngs(0))
 
 
 @pytest.mark.parametrize("family", ["albert", "electra"])

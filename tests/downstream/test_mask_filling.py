@@ -39,7 +39,7 @@ def exported(request, tmp_path_factory):
   from flax import nnx
 
   from bert_jax.data import tokenizers
-  from bert_jax.models import bert as model_lib
+  from bert_jax.models import bert as bert_model
   kind = request.param
   base = tmp_path_factory.mktemp(kind)
   tok_dir = base / "workdir" / "tokenizer" / f"{kind}-600-uncased-0"
@@ -59,7 +59,7 @@ def exported(request, tmp_path_factory):
   config.model.update(vocab_size=ingraph.vocab_size, hidden_size=64,
                       num_attention_heads=2, intermediate_size=128,
                       max_position_embeddings=64)
-  m = model_lib.BertForPreTraining(config.model, rngs=nnx.Rngs(0))
+  m = bert_model.BertForPreTraining(config.model, rngs=nnx.Rngs(0))
   flat = mapping.flatten_params(nnx.to_pure_dict(nnx.state(m, nnx.Param)))
   flat = {k: np.asarray(v, np.float32) for k, v in flat.items()}
   # A peaked, well-separated output distribution: no near-ties in the top-k.
@@ -214,7 +214,7 @@ def test_directory_without_mlm_head_is_refused(capsys):
 
 
 def test_fine_tuned_workdir_is_one_line(tmp_path, capsys):
-  from bert_jax.models import bert as model_lib
+  from bert_jax.models import bert as bert_model
   from tests import helpers
   from tests.helpers import tiny_models
   from tests.helpers.checkpoints import random_tree

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bert_jax.data import task_sources as ts
+from bert_jax.data import task_sources
 from bert_jax.tasks import sentence_metrics
 
 # Six rows; the last has weight 0 (a padding row) and must not count.
@@ -86,21 +86,21 @@ def test_official_metric_set_per_glue_task():
       "stsb": ("pearson", "spearman"), "mnli": ("accuracy",),
       "qnli": ("accuracy",), "rte": ("accuracy",), "wnli": ("accuracy",)}
   for name, metrics in expect.items():
-    assert ts.glue_task(name).metrics == metrics, name
-  assert ts.glue_task("mnli").eval_splits == ("validation_matched",
+    assert task_sources.glue_task(name).metrics == metrics, name
+  assert task_sources.glue_task("mnli").eval_splits == ("validation_matched",
                                               "validation_mismatched")
-  got = sentence_metrics.task_scores(ts.glue_task("mrpc"), LABELS, PREDS, W)
+  got = sentence_metrics.task_scores(task_sources.glue_task("mrpc"), LABELS, PREDS, W)
   assert got == pytest.approx({"f1": 2 / 3, "accuracy": 0.6})
-  stsb = sentence_metrics.task_scores(ts.glue_task("stsb"), [1, 2, 3, 4], [2, 4, 5, 9])
+  stsb = sentence_metrics.task_scores(task_sources.glue_task("stsb"), [1, 2, 3, 4], [2, 4, 5, 9])
   assert set(stsb) == {"pearson", "spearman"} and stsb["spearman"] == 1.0
 
 
 def test_predictions_from_logits():
   logits = np.array([[0.1, 2.0], [3.0, -1.0]])
   np.testing.assert_array_equal(
-      sentence_metrics.predictions(logits, ts.glue_task("sst2")), [1, 0])
+      sentence_metrics.predictions(logits, task_sources.glue_task("sst2")), [1, 0])
   np.testing.assert_allclose(
-      sentence_metrics.predictions(np.array([[0.5], [4.0]]), ts.glue_task("stsb")),
+      sentence_metrics.predictions(np.array([[0.5], [4.0]]), task_sources.glue_task("stsb")),
       [0.5, 4.0])
 
 

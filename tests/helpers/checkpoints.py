@@ -20,8 +20,8 @@ def hf_model_config(**overrides):
 def random_params(model_config, seed=0):
   from flax import nnx
 
-  from bert_jax.models import bert as model_lib
-  m = model_lib.BertForPreTraining(model_config, rngs=nnx.Rngs(seed))
+  from bert_jax.models import bert
+  m = bert.BertForPreTraining(model_config, rngs=nnx.Rngs(seed))
   flat = mapping.flatten_params(nnx.to_pure_dict(nnx.state(m, nnx.Param)))
   # Non-trivial LayerNorm/bias values so that a mix-up cannot hide.
   rng = np.random.default_rng(seed)
@@ -69,8 +69,8 @@ def save_checkpoints(workdir, config, params_by_step):
   """Writes a training workdir's checkpoints: {step: params} (+ config)."""
   import jax.numpy as jnp
 
-  from bert_jax.checkpoints import manager as checkpointing
-  ckpt = checkpointing.Checkpointer(str(workdir), config.checkpoint)
+  from bert_jax.checkpoints import manager
+  ckpt = manager.Checkpointer(str(workdir), config.checkpoint)
   for s, params in params_by_step.items():
     state = dict(step=jnp.asarray(s, jnp.int32),
                  params=mapping.unflatten_params(

@@ -51,13 +51,13 @@ def make_hf_dir(base: str, *, seed: int = 0, mlm_bias_scale: float = 2.0,
   from bert_jax.hf import checkpoint_io
   from bert_jax.hf import mapping
   from bert_jax.hf import tokenizer_files
-  from bert_jax.models import bert as model_lib
+  from bert_jax.models import bert as bert_model
   os.makedirs(base, exist_ok=True)
   vocab_path = os.path.join(base, "vocab.txt")
   vocab = write_vocab(vocab_path)
   config = tiny_model_config(len(vocab))
   config.data.tokenizer_path = vocab_path
-  m = model_lib.BertForPreTraining(config.model, rngs=nnx.Rngs(seed))
+  m = bert_model.BertForPreTraining(config.model, rngs=nnx.Rngs(seed))
   flat = mapping.flatten_params(nnx.to_pure_dict(nnx.state(m, nnx.Param)))
   flat = {k: np.asarray(v, np.float32) for k, v in flat.items()}
   bias = np.random.default_rng(seed).normal(

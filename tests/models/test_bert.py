@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 
 from bert_jax.models import albert
-from bert_jax.models import bert as model_lib
+from bert_jax.models import bert as bert_model
 from tests import helpers
 
 
@@ -18,8 +18,8 @@ def tiny_config(**overrides):
 
 def count(config):
   abstract = nnx.eval_shape(
-      lambda: model_lib.BertForPreTraining(config, rngs=nnx.Rngs(0)))
-  return model_lib.count_params(abstract)
+      lambda: bert_model.BertForPreTraining(config, rngs=nnx.Rngs(0)))
+  return bert_model.count_params(abstract)
 
 
 # Turc et al. 2019 (tiny..medium) and Devlin et al. 2019 (base, large):
@@ -85,7 +85,7 @@ def _inputs(batch=3, seq=16, vocab=211, seed=0):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_forward_shapes_and_dtypes(dtype):
   config = tiny_config(dtype=dtype)
-  model = model_lib.BertForPreTraining(config, rngs=nnx.Rngs(0))
+  model = bert_model.BertForPreTraining(config, rngs=nnx.Rngs(0))
   ids, mask, seg = _inputs()
   positions = jnp.asarray([[1, 2, 0], [3, 4, 5], [6, 0, 0]], jnp.int32)
   out = model(ids, mask, seg, positions)
@@ -104,7 +104,7 @@ def test_forward_shapes_and_dtypes(dtype):
 
 
 def test_params_are_float32_in_bf16_compute():
-  model = model_lib.BertForPreTraining(tiny_config(dtype="bfloat16"),
+  model = bert_model.BertForPreTraining(tiny_config(dtype="bfloat16"),
                                        rngs=nnx.Rngs(0))
   leaves = jax.tree.leaves(nnx.state(model, nnx.Param))
   assert {x.dtype for x in leaves} == {jnp.dtype("float32")}
@@ -112,7 +112,7 @@ def test_params_are_float32_in_bf16_compute():
 
 def test_mlm_decoder_is_tied_to_word_embeddings():
   config = tiny_config()
-  model = model_lib.BertForPreTraining(config, rngs=nnx.Rngs(0))
+  model = bert_model.BertForPreTraining(config, rngs=nnx.Rngs(0))
   ids, mask, seg = _inputs()
   before = model(ids, mask, seg)["mlm_logits"]
   emb = model.bert.embeddings.word_embeddings
@@ -129,7 +129,7 @@ def test_mlm_decoder_is_tied_to_word_embeddings():
 
 def test_padding_is_ignored_and_fully_padded_rows_stay_finite_in_bf16():
   config = tiny_config(dtype="bfloat16")
-  model = model_lib.BertForPreTraining(config, rngs=nnx.Rngs(0))
+  model = bert_model.BertForPreTraining(config, rngs=nnx.Rngs(0))
   ids, mask, seg = _inputs()
   out = model(ids, mask, seg)
   # Changing tokens under padding does not change unpadded outputs.
@@ -145,7 +145,7 @@ def test_padding_is_ignored_and_fully_padded_rows_stay_finite_in_bf16():
 
 def test_dropout_is_active_only_in_training():
   config = tiny_config()
-  model = model_lib.BertForPreTraining(config, rngs=nnx.Rngs(0))
+  model = bert_model.BertForPreTraining(config, rngs=nnx.Rngs(0))
   ids, mask, seg = _inputs()
   a = model(ids, mask, seg)["sequence_output"]
   b = model(ids, mask, seg)["sequence_output"]
@@ -162,13 +162,13 @@ def test_dropout_is_active_only_in_training():
 def test_bad_model_config_names_the_field(field, value, message):
   config = tiny_config(**{field: value})
   with pytest.raises(ValueError, match=message):
-    model_lib.BertForPreTraining(config, rngs=nnx.Rngs(0))
+    bert_model.BertForPreTraining(config, rngs=nnx.Rngs(0))
 
 
 def test_fused_attention_mask_is_finite_in_float16():
   """-1e9 is -inf in float16; the fused path must clamp it (no NaN rows)."""
   config = tiny_config(dtype="float16", attention_impl="dot_product_attention")
-  model = model_lib.BertForPreTraining(config, rngs=nnx.Rngs(0))
+  model = bert_model.BertForPreTraining(config, rngs=nnx.Rngs(0))
   ids, _, seg = _inputs()
   out = model(ids, jnp.zeros_like(ids), seg)
   for k in ("sequence_output", "pooled_output", "mlm_logits", "nsp_logits"):
@@ -181,12 +181,12 @@ def test_factorized_embeddings_have_one_projection_everywhere():
   activation layout constraint on all three); E == H: no projection."""
   config = helpers.tiny_config(model=dict(embedding_size=16)).model
   rngs = nnx.Rngs(0)
-  built = [model_lib.Encoder(config, rngs=rngs),
-           model_lib.BertModel(config, rngs=rngs),
+  built = [bert_model.Encoder(config, rngs=rngs),
+           bert_model.BertModel(config, rngs=rngs),
            albert.AlbertModel(config, rngs=rngs)]
   for model in built:
     project = model.embeddings_project
-    assert isinstance(project, model_lib.EmbeddingsProjection), type(model)
+    assert isinstance(project, bert_model.EmbeddingsProjection), type(model)
     assert project.kernel.shape == (16, config.hidden_size)
     assert sorted(k for k, _ in nnx.to_flat_state(nnx.state(project))) == [
         ("bias",), ("kernel",)]
@@ -196,4 +196,4 @@ def test_factorized_embeddings_have_one_projection_everywhere():
       x @ built[0].embeddings_project.kernel[...]
       + built[0].embeddings_project.bias[...], rtol=1e-5)
   plain = helpers.tiny_config().model
-  assert model_lib.embeddings_projection(plain, rngs) is None
+  assert bert_model.embeddings_projection(plain, rngs) is None

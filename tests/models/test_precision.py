@@ -20,7 +20,7 @@ from flax import nnx
 
 from bert_jax import families
 from bert_jax.models import attention as attention_lib
-from bert_jax.models import bert as model_lib
+from bert_jax.models import bert
 from bert_jax.training import sharding
 from bert_jax.training import steps as steps_lib
 from tests import helpers
@@ -48,7 +48,7 @@ def batch(seed=0, fully_padded_rows=()):
 def _params():
   """fp32 parameters, created once and shared by every dtype's model."""
   return nnx.state(
-      model_lib.BertForPreTraining(tiny_config().model, rngs=nnx.Rngs(0)),
+      bert.BertForPreTraining(tiny_config().model, rngs=nnx.Rngs(0)),
       nnx.Param)
 
 

@@ -16,7 +16,7 @@ from bert_jax.hf import checkpoint_io
 from bert_jax.hf import importing
 from bert_jax.hf import mapping
 from bert_jax.models import albert
-from bert_jax.models import bert as model_lib
+from bert_jax.models import bert
 from bert_jax.training import steps as steps_lib
 from tests import helpers
 from tests.helpers import family_checks
@@ -57,7 +57,7 @@ def test_param_count_equals_hugging_face(name, expected):
   from transformers import AlbertConfig
   from transformers import AlbertForPreTraining
   config = _load_config(name)
-  ours = model_lib.count_params(nnx.eval_shape(
+  ours = bert.count_params(nnx.eval_shape(
       lambda: albert.AlbertForPreTraining(config.model, rngs=nnx.Rngs(0))))
   hf = AlbertForPreTraining(AlbertConfig(
       **albert_family.ALBERT.config_to_hf(config.model)))

@@ -15,7 +15,7 @@ from bert_jax.families import distilbert as distilbert_family
 from bert_jax.hf import checkpoint_io
 from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
-from bert_jax.models import bert as model_lib
+from bert_jax.models import bert
 from bert_jax.objectives import distil
 from bert_jax.training import sharding
 from bert_jax.training import steps as steps_lib
@@ -32,7 +32,7 @@ def test_student_of_base_has_hugging_face_size_and_layout():
   from transformers import DistilBertConfig
   from transformers import DistilBertForMaskedLM
   config = _load_config("distil_base")
-  ours = model_lib.count_params(nnx.eval_shape(
+  ours = bert.count_params(nnx.eval_shape(
       lambda: distil.make_model(config, nnx.Rngs(0))))
   hf = DistilBertForMaskedLM(DistilBertConfig(
       **distilbert_family.DISTILBERT.config_to_hf(

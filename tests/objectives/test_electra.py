@@ -16,7 +16,7 @@ from bert_jax import config_lib
 from bert_jax import export
 from bert_jax import pretrained
 from bert_jax.families import electra as electra_family
-from bert_jax.hf import mapping as hf
+from bert_jax.hf import mapping
 from bert_jax.models import electra as electra_model
 from bert_jax.objectives import electra
 from tests import helpers
@@ -316,7 +316,7 @@ def test_hf_round_trip_is_exact(tmp_path):
   source = pretrained.resolve(str(tmp_path))
   back, _ = pretrained.load_params(source)
   config = source.config
-  a, b = hf.flatten_params(params), hf.flatten_params(back)
+  a, b = mapping.flatten_params(params), mapping.flatten_params(back)
   assert set(a) == set(b)
   for k in a:
     np.testing.assert_array_equal(np.asarray(a[k]), b[k], err_msg=k)
@@ -331,7 +331,7 @@ def test_hf_round_trip_is_exact(tmp_path):
 def test_hf_import_rejects_untied_embeddings(tmp_path):
   c = tiny_electra_config()
   _, params = _randomized_params(c)
-  sds = {n: hf.to_hf_state_dict(electra_family.network_params(params, n),
+  sds = {n: mapping.to_hf_state_dict(electra_family.network_params(params, n),
                                  electra_family.TABLES[n])
          for n in electra_family.NETWORKS}
   sds["generator"]["electra.embeddings.position_embeddings.weight"] += 1e-3
@@ -383,7 +383,7 @@ def test_registered_tables_build_each_network_alone(tmp_path):
       ("generator", electra_model.generator_config(c),
        pair.generator_logits(*args))):
     sub = {"embeddings": params["embeddings"], network: params[network]}
-    model = hf.make_model(sub, net_config, electra_family.TABLES[network])
+    model = mapping.make_model(sub, net_config, electra_family.TABLES[network])
     theirs = model(*args)
     theirs = theirs["mlm_logits"] if network == "generator" else theirs
     np.testing.assert_array_equal(np.asarray(theirs), np.asarray(ours))

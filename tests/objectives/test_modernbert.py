@@ -48,8 +48,8 @@ KILL_AFTER = 8
 # KILL_AFTER is committed.
 _KILL_DRIVER = """
 import os, signal
-from bert_jax.checkpoints import manager as checkpointing
-_save = checkpointing.Checkpointer.save
+from bert_jax.checkpoints import manager
+_save = manager.Checkpointer.save
 
 def save(self, step, *args, **kwargs):
   out = _save(self, step, *args, **kwargs)
@@ -58,7 +58,7 @@ def save(self, step, *args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
   return out
 
-checkpointing.Checkpointer.save = save
+manager.Checkpointer.save = save
 from absl import app
 from bert_jax import main
 app.run(main.main)

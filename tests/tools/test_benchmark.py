@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 
 from bert_jax import benchmarking
-from bert_jax.models import bert as model_lib
+from bert_jax.models import bert
 from bert_jax.training import sharding
 from bert_jax.training import steps as steps_lib
 from tests import helpers
@@ -30,7 +30,7 @@ def tiny_config(**model):
 
 def forward_and_grad(model_config, batch, dropout=False):
   """MLM logits and the gradient of their sum w.r.t. the params (seed 0)."""
-  model = model_lib.BertForPreTraining(model_config, rngs=nnx.Rngs(0))
+  model = bert.BertForPreTraining(model_config, rngs=nnx.Rngs(0))
   graphdef, params = nnx.split(model, nnx.Param)
 
   def f(params):
@@ -69,7 +69,7 @@ def test_speed_options_compute_the_same_model(option, batch):
   # The param tree (HF names) does not depend on the option.
   shapes = lambda c: jax.tree.map(
       lambda x: x.shape, nnx.state(nnx.eval_shape(
-          lambda: model_lib.BertForPreTraining(c, rngs=nnx.Rngs(0))),
+          lambda: bert.BertForPreTraining(c, rngs=nnx.Rngs(0))),
           nnx.Param).to_pure_dict())
   assert shapes(other) == shapes(base)
 
@@ -95,9 +95,9 @@ def test_fused_attention_refuses_attention_dropout(batch):
 
 def test_unknown_options_are_named():
   with pytest.raises(ValueError, match="model.attention_impl"):
-    model_lib.validate_model_config(tiny_config(attention_impl="flash").model)
+    bert.validate_model_config(tiny_config(attention_impl="flash").model)
   with pytest.raises(ValueError, match="model.remat_policy"):
-    model_lib.validate_model_config(tiny_config(remat_policy="some").model)
+    bert.validate_model_config(tiny_config(remat_policy="some").model)
 
 
 def test_train_step_compiles_once_over_varied_data():

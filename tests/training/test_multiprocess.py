@@ -56,7 +56,7 @@ def worker(process_id: int, num_processes: int, port: int, workdir: str,
     jax.distributed.initialize(f"127.0.0.1:{port}",
                                num_processes=num_processes,
                                process_id=process_id)
-  from bert_jax.checkpoints import manager as checkpointing
+  from bert_jax.checkpoints import manager
   from bert_jax.training import config_checks
   from bert_jax.training import sharding
   from bert_jax.training import steps as steps_lib
@@ -72,7 +72,7 @@ def worker(process_id: int, num_processes: int, port: int, workdir: str,
   programs = steps_lib.Programs(config, mesh)
   rows = local_rows(programs.batch_sharding, BATCH)
   assert len(rows) == BATCH // num_processes, rows
-  checkpointer = checkpointing.Checkpointer(workdir, config.checkpoint)
+  checkpointer = manager.Checkpointer(workdir, config.checkpoint)
   losses = []
   with programs.context():
     state = programs.init()

@@ -35,9 +35,9 @@ FLAGS = (*TINY_OVERRIDES,
 # KILL_AFTER is committed.
 _KILL_DRIVER = """
 import os, signal
-from bert_jax.checkpoints import manager as checkpointing
+from bert_jax.checkpoints import manager
 KILL_AFTER = int(os.environ["KILL_AFTER"])
-_save = checkpointing.Checkpointer.save
+_save = manager.Checkpointer.save
 
 def save(self, step, *args, **kwargs):
   out = _save(self, step, *args, **kwargs)
@@ -46,7 +46,7 @@ def save(self, step, *args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
   return out
 
-checkpointing.Checkpointer.save = save
+manager.Checkpointer.save = save
 from absl import app
 from bert_jax import main
 app.run(main.main)

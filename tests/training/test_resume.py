@@ -39,9 +39,9 @@ FLAGS = (*TINY_OVERRIDES,
 _NAN_DRIVER = """
 import os, sys
 import numpy as np
-from bert_jax.data import pipeline as input_pipeline
+from bert_jax.data import pipeline
 NAN_AT = {int(s) for s in os.environ["NAN_AT"].split(",")}
-_create = input_pipeline.create_train_iterator
+_create = pipeline.create_train_iterator
 
 class Poisoned:
   def __init__(self, it):
@@ -60,7 +60,7 @@ class Poisoned:
   def restore(self, d):
     return self.it.restore(d)
 
-input_pipeline.create_train_iterator = lambda *a, **k: Poisoned(_create(*a, **k))
+pipeline.create_train_iterator = lambda *a, **k: Poisoned(_create(*a, **k))
 from absl import app
 from bert_jax import main
 app.run(main.main)

@@ -307,8 +307,8 @@ def test_unread_checkpoint_coroutines_go_to_the_details_file(monkeypatch,
 # to stderr, and an object whose __del__ fails when collected at exit.
 _LATE_REPORTS_DRIVER = """
 import os, sys, threading, time
-from bert_jax.checkpoints import manager as checkpointing
-_save_error = checkpointing.Checkpointer._save_error
+from bert_jax.checkpoints import manager
+_save_error = manager.Checkpointer._save_error
 
 class Unraisable:
   def __del__(self):
@@ -325,7 +325,7 @@ def save_error(self, step, error):
   sys.modules["__main__"].keep = Unraisable()
   return _save_error(self, step, error)
 
-checkpointing.Checkpointer._save_error = save_error
+manager.Checkpointer._save_error = save_error
 from bert_jax import cli, main
 cli.run(main.main)
 """
@@ -373,8 +373,8 @@ def test_reports_after_the_error_line_go_to_the_details_file(tmp_path,
 # wait for it at the end.
 _SLOW_SAVE_DRIVER = """
 import os, time
-from bert_jax.checkpoints import manager as checkpointing
-_save, _wait = checkpointing.Checkpointer.save, checkpointing.Checkpointer.wait
+from bert_jax.checkpoints import manager
+_save, _wait = manager.Checkpointer.save, manager.Checkpointer.wait
 
 def save(self, step, *args, force=False, **kwargs):
   out = _save(self, step, *args, force=force, **kwargs)
@@ -387,7 +387,7 @@ def wait(self):
   time.sleep(float(os.environ.get("SLOW_WAIT", "0")))
   return _wait(self)
 
-checkpointing.Checkpointer.save, checkpointing.Checkpointer.wait = save, wait
+manager.Checkpointer.save, manager.Checkpointer.wait = save, wait
 from bert_jax import cli, main
 cli.run(main.main)
 """

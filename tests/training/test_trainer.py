@@ -9,7 +9,7 @@ import pytest
 
 from bert_jax.training import config_checks
 from bert_jax.training import metrics_writer
-from bert_jax.training import pretraining_input as pretraining_data
+from bert_jax.training import pretraining_input
 from bert_jax.training import trainer as trainer_lib
 from tests.helpers import run_main
 from tests.helpers import tiny_config
@@ -140,8 +140,8 @@ def test_unigram_baseline_is_the_most_frequent_targets_share():
              dict(masked_lm_ids=np.array([[3, 3, 0]]),
                   masked_lm_weights=np.array([[1., 1., 0.]]))]
   # Targets (weight > 0): 7 x3, 3 x4 -> 4/7; the padded slots do not count.
-  assert pretraining_data.unigram_baseline(batches, 16) == pytest.approx(4 / 7)
-  assert pretraining_data.unigram_baseline([], 16) == 0.0
+  assert pretraining_input.unigram_baseline(batches, 16) == pytest.approx(4 / 7)
+  assert pretraining_input.unigram_baseline([], 16) == 0.0
 
 
 def test_metrics_writer_appends_through_gfile_urls(tmp_path, monkeypatch):
