@@ -9,7 +9,7 @@ the converters, fine-tuning) asks. Kinds of path:
   hf         a Hugging Face directory (config.json + safetensors / .bin)
   tf         a Google TF checkpoint (bert_config.json + *.index)
   electra    an ELECTRA pair: discriminator/ and generator/ Hugging Face
-             directories (``bert_jax.hf.electra``), loaded into the whole
+             directories (``bert_jax.families.electra``), loaded into the whole
              ELECTRA tree (both networks)
 
   source = pretrained.resolve(path, step=None)

@@ -8,7 +8,7 @@ Run (demo corpus, tokenizer trained and cached in the workdir):
 Shrink for a CPU smoke run, e.g. --config.train.batch_size=16
 --config.data.seq_length=128 --config.train.num_steps=30.
 Export: python -m bert_jax.to_hf writes AlbertForPreTraining (table:
-bert_jax/hf/families.py).
+bert_jax/families/albert.py).
 """
 
 from bert_jax.objectives import albert

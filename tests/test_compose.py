@@ -175,6 +175,42 @@ def test_a_family_declares_its_head_layout_once():
                                              "classifier.out_proj"]
 
 
+@pytest.mark.parametrize("family,pooling", [("modernbert", "cls"),
+                                            ("modernbert", "mean"),
+                                            ("electra", "cls")])
+def test_a_packed_row_gives_each_examples_own_sentence_logits(family,
+                                                              pooling):
+  """The sentence head on packed rows (data.packing): each packed example's
+  logits equal that example's alone, padded, for a family that pools its
+  tokens ([CLS] or the mean over the example's own tokens, ModernBERT) and
+  one whose pooler reads each example's [CLS] (ELECTRA)."""
+  config = _config(family, "sentence")
+  config.model.classifier_pooling = pooling
+  model = compose.objective(config).make_model(config, nnx.Rngs(0))
+  r = np.random.RandomState(0)
+  examples = [np.concatenate([[2], r.randint(5, VOCAB, n - 2), [3]])
+              for n in (5, 7, 3)]
+  ids, seq, pos = (np.zeros((1, SEQ), np.int32) for _ in range(3))
+  cls = np.zeros((1, 4), np.int32)
+  start = 0
+  for i, e in enumerate(examples):
+    ids[0, start:start + len(e)] = e
+    seq[0, start:start + len(e)] = i + 1
+    pos[0, start:start + len(e)] = np.arange(len(e))
+    cls[0, i] = start
+    start += len(e)
+  packed = np.asarray(model(ids, (seq > 0).astype(np.int32),
+                            np.zeros_like(ids), sequence_ids=seq,
+                            position_ids=pos, cls_positions=cls))
+  assert packed.shape == (1, 4, LABELS)
+  for i, e in enumerate(examples):
+    alone = np.zeros((1, SEQ), np.int32)
+    alone[0, :len(e)] = e
+    want = np.asarray(model(alone, (alone > 0).astype(np.int32),
+                            np.zeros_like(alone)))[0]
+    np.testing.assert_allclose(packed[0, i], want, atol=2e-5, err_msg=i)
+
+
 _REGISTRY_CHILD = """
 import sys
 for module in sys.argv[1:]:

@@ -10,7 +10,7 @@ the discriminator's, ``objective.generator_hidden_size``) whose head maps to E
 and decodes with the shared word embeddings; the discriminator's head is
 dense H -> H, GELU, dense H -> 1 (HF ``discriminator_predictions``).
 
-Parameter tree (``hf/electra`` maps it to ``ElectraForPreTraining`` and
+Parameter tree (``families/electra.py`` maps it to ``ElectraForPreTraining`` and
 ``ElectraForMaskedLM``)::
 
   embeddings/...                             shared by both networks

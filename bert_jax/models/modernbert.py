@@ -24,8 +24,9 @@ positions count from 0 and the mask is the padding's.
 Initialization as HF's ``_init_weights``: truncated normals (cut at 2 std)
 of std initializer_range for embeddings, Wqkv and Wi, and
 initializer_range / sqrt(2 L) for both output projections and the head's
-dense; hidden_size**-0.5 for a classifier (:func:`classifier_init`). The module tree mirrors HF's
-names (``hf/modernbert.py`` renames ``attn.Wqkv`` <-> ``attn.wqkv``).
+dense; hidden_size**-0.5 for a classifier (:func:`classifier_init`). The
+module tree mirrors HF's names (``families/modernbert.py`` renames
+``attn.Wqkv`` <-> ``attn.wqkv``).
 """
 
 from __future__ import annotations

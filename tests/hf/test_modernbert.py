@@ -1,4 +1,4 @@
-"""ModernBERT and Hugging Face (bert_jax/hf/modernbert.py): our export
+"""ModernBERT and Hugging Face (bert_jax/families/modernbert.py): our export
 loads in stock transformers with our logits (fp32, 1e-4; rows longer than
 the sliding window, padded rows, both attention implementations), a
 directory made by transformers' own random init imports with its logits and

@@ -1,6 +1,6 @@
 """Token taggers and QA heads fine-tuned from ELECTRA, ALBERT and DistilBERT
-export to their family's Hugging Face class (the per-family tables of
-``hf.classify``).
+export to their family's Hugging Face class (the table of each family x
+kind, ``compose.task_table``).
 
 Fine-tuning takes its model config from the source (``resolve_config``):
 the run's objective is the task kind's (``token_classify`` / ``span_qa``)

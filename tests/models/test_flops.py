@@ -92,9 +92,8 @@ def test_modernbert_sliding_window_count_matches_xla_cost_analysis():
       compose.train_flops_per_step(config), rel=0.05)
 
 
-@pytest.mark.parametrize("objective", ["modernbert_token_classify",
-                                       "modernbert_span_qa",
-                                       "modernbert_classify"])
+@pytest.mark.parametrize("objective", ["token_classify", "span_qa",
+                                       "classify"])
 def test_modernbert_per_token_heads_count_matches_xla_cost_analysis(
     objective):
   """ModernBERT's token and QA heads: the encoder as pretraining's (no MLM
@@ -105,7 +104,7 @@ def test_modernbert_per_token_heads_count_matches_xla_cost_analysis(
   one pooled vector per row); BERT's count for it would miss GeGLU's third
   matrix and the window."""
   config = _xla_config("modernbert")
-  config.objective.name = objective
+  config.objective.update(name=objective, encoder="modernbert")
   config.model.num_labels = 5
   ratio = _xla_flops(config) / compose.train_flops_per_step(config)
   assert 1.0 <= ratio <= 1.08, ratio

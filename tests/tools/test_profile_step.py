@@ -55,9 +55,9 @@ def test_modernbert_step_splits_into_its_parts(modernbert_profile):
 
 def test_matmul_flops_read_from_the_hlo_equal_the_analytic_count(
     modernbert_profile):
-  from bert_jax import objectives
+  from bert_jax import compose
   config, r = modernbert_profile
-  analytic = objectives.train_flops_per_step(config) / 1e9
+  analytic = compose.train_flops_per_step(config) / 1e9
   assert r["dot_gflop_per_step"] == pytest.approx(analytic, rel=0.01)
   mlp = sum(p["gflop"] for p in r["parts"] if p["part"] == "MLP")
   m = config.model
