@@ -27,7 +27,10 @@ import dataclasses
 import importlib
 from typing import Any, Callable
 
+import jax.numpy as jnp
+
 from bert_jax.data import checks as data_checks
+from bert_jax.objectives import safe_div
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +124,19 @@ def check_task_run(config) -> None:
                      "only (a fine-tuning run's batches are its task's "
                      "length buckets, task.buckets); leave them empty.")
   data_checks.check_sequence(config)
+
+
+def example_counts(batch, config) -> dict:
+  """The global batch's real examples (rows, or packed slots, of weight 1;
+  padding rows 0): what a per-example loss is averaged over."""
+  del config
+  return dict(examples=jnp.sum(batch["example_weights"]))
+
+
+def mean_over_examples(sums, counts, config):
+  """The loss sum over the global batch's real examples."""
+  del config
+  return safe_div(sums["loss"], counts["examples"])
 
 
 def check_num_labels(config, what: str) -> None:

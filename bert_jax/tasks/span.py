@@ -212,14 +212,8 @@ def predict(model, batch, config) -> dict:
   return dict(start_logits=start, end_logits=end)
 
 
-def counts(batch, config) -> dict:
-  del config
-  return dict(examples=jnp.sum(batch["example_weights"]))
-
-
-def loss(sums, counts_, config):
-  del config
-  return safe_div(sums["loss"], counts_["examples"])
+counts = tasks.example_counts
+loss = tasks.mean_over_examples
 
 
 def metrics(sums, counts_, config) -> dict:
