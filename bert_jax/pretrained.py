@@ -127,7 +127,7 @@ def _check_model_type(path: str, hf_config) -> None:
     raise ValueError(
         f"{path} is a Hugging Face {model_type!r} model ({arch}), not an "
         "encoder bert_jax reads (model_type "
-        f"{', '.join(map(repr, families.names()))}).")
+        f"{', '.join(map(repr, sorted(families.names())))}).")
 
 
 def _hf_source(kind: str, path: str, hf_config) -> Source:

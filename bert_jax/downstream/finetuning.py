@@ -91,11 +91,13 @@ def check_packing(config, kind: tasks.Kind) -> None:
   per packed example); token and span windows are length-bucketed: one
   line refuses them before anything is read or written."""
   if config.data.get("packing", False) and not kind.packing:
-    packed = sorted(k.name for k in tasks.all_kinds().values() if k.packing)
+    kinds = tasks.all_kinds().values()
+    packed = " and ".join(k.name for k in kinds if k.packing)
+    bucketed = " and ".join(k.name for k in kinds if not k.packing)
     raise ValueError(
         f"data.packing=True with task.kind={kind.name!r}: packed fine-tuning "
-        f"rows hold {' and '.join(packed)} tasks only; the other kinds batch "
-        "their windows by length buckets: set data.packing=False.")
+        f"rows hold {packed} tasks only; {bucketed} tasks batch their "
+        "windows by length buckets: set data.packing=False.")
 
 
 def read_task(config, label_dir: str):

@@ -227,9 +227,10 @@ def test_fine_tuned_workdir_is_one_line(tmp_path, capsys):
   config.train.init_from = "/runs/pretrained"
   workdir = str(tmp_path / "ft")
   save_checkpoints(workdir, config, {4: random_tree(
-      lambda r: compose.task_objective("sentence", "bert").make_model(config,
-                                                        rngs=r))})
+      lambda r: compose.task_objective("sentence", "bert").make_model(
+          config, r))})
   assert _refusal(capsys, workdir) == (
       f"error: --model={workdir}: A 'classify' run holds no masked-LM head "
-      "(its models: bert_classify): nothing to fill masks with. Fill masks "
-      "with the model it was fine-tuned from: /runs/pretrained.")
+      "(its models: BertForSequenceClassification): nothing to fill masks "
+      "with. Fill masks with the model it was fine-tuned from: "
+      "/runs/pretrained.")

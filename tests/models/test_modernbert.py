@@ -142,12 +142,12 @@ def test_packed_documents_see_only_themselves_with_their_own_positions():
   positions = np.concatenate([np.arange(12), np.arange(20)])[None]
   seq = np.asarray([[1] * 12 + [2] * 20], np.int32)
   fn, state = jitted(model)
-  got = fn(state, packed, np.ones_like(packed), position_ids=positions,
-           sequence_ids=seq)
+  got, _ = fn(state, packed, np.ones_like(packed), position_ids=positions,
+              sequence_ids=seq)
   for doc, span in ((a, slice(0, 12)), (b, slice(12, 32))):
     row = np.zeros((1, 32), np.int32)
     row[0, :len(doc)] = doc
-    alone = fn(state, row, padded_mask([len(doc)], 32))
+    alone, _ = fn(state, row, padded_mask([len(doc)], 32))
     np.testing.assert_allclose(got[0, span], alone[0, :len(doc)], atol=1e-5)
 
 
@@ -161,7 +161,7 @@ def test_hidden_states_are_indexed_as_hugging_faces():
   forward, _ = jitted(model)
   all_states = states(state, ids, mask)
   assert len(all_states) == config.num_hidden_layers + 1
-  np.testing.assert_allclose(all_states[-1], forward(state, ids, mask),
+  np.testing.assert_allclose(all_states[-1], forward(state, ids, mask)[0],
                              atol=1e-6)
   first = states(state, ids, mask, num_layers=1)
   assert len(first) == 2
