@@ -61,7 +61,7 @@ def _our_run(base):
   task_input = finetuning.task_input(config, tok, spec, train_rows, eval_rows)
 
   mesh = sharding.make_mesh(config.mesh)
-  programs = steps_lib.Programs(config, mesh, compose.task_objective("sentence", "bert"))
+  programs = steps_lib.Programs(config, mesh, compose.objective(config))
   with programs.context():
     state = programs.init()
   params = finetuning.encoder_init(source, config, state["params"],
