@@ -232,7 +232,7 @@ def test_modernbert_sparse_peer_computes_logits_at_the_masked_positions_only(
   same loss, from the same batches ours trains on."""
   torch = pytest.importorskip("torch")
   pytest.importorskip("transformers")
-  from bert_jax.hf import checkpoint_io
+  from bert_jax.families import modernbert as modernbert_family
   from tests.helpers import family_checks
   peer = helpers.import_tool("bench_peer")
   benchmark = helpers.import_tool("benchmark")
@@ -240,9 +240,8 @@ def test_modernbert_sparse_peer_computes_logits_at_the_masked_positions_only(
   batches = benchmarking.synthetic_batches(2, 4, 32, 5, model.vocab_size)
   path = str(tmp_path / "batches.npz")
   benchmark.write_batches(path, batches)
-  spec = dict(bert_config=checkpoint_io.hf_config_from_model_config(
-      model, family="modernbert"), family="modernbert", dtype="float32",
-              batches=path)
+  spec = dict(bert_config=modernbert_family.config_to_hf(model),
+              family="modernbert", dtype="float32", batches=path)
   out = {}
   for sparse in (True, False):
     s = dict(spec, sparse_prediction=sparse)
