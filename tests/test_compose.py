@@ -211,6 +211,61 @@ def test_a_packed_row_gives_each_examples_own_sentence_logits(family,
     np.testing.assert_allclose(packed[0, i], want, atol=2e-5, err_msg=i)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_directory_of_every_class_reads_as_its_run(family):
+  """config.json of each task class (and of the family's pretraining
+  classes) names the table that wrote it and the run it implies."""
+  fam = families.get(family)
+  for kind in KINDS:
+    config = _config(family, kind)
+    table = compose.task_table(family, kind)
+    hf_config = dict(table.config_to_hf(config.model),  # As an export's.
+                     **table.config_fields(config.model, ()))
+    read, run = compose.hf_directory(hf_config)
+    assert read is table
+    assert run["objective"] == {"name": tasks.get(kind).objective,
+                                "encoder": family}
+    assert run["model"]["num_labels"] == (LABELS if kind != "span" else 2)
+  for table in fam.pretraining_tables:
+    config = _config(family, "sentence")
+    if family == "electra":  # One network is half a run: refused.
+      with pytest.raises(ValueError, match="half of an ELECTRA pair"):
+        compose.hf_directory(table.config_to_hf(config.model))
+      continue
+    read, run = compose.hf_directory(table.config_to_hf(config.model))
+    assert read is table
+    assert run["objective"]["name"] == fam.objectives[0].name
+
+
+def test_run_configs_naming_the_head_by_family_read_as_kind_and_encoder():
+  for old, want in (("modernbert_classify", ("classify", "modernbert")),
+                    ("modernbert_token_classify", ("token_classify",
+                                                   "modernbert")),
+                    ("modernbert_span_qa", ("span_qa", "modernbert"))):
+    o = config_lib.complete({"objective": {"name": old}}).objective
+    assert (o.name, o.encoder) == want
+  o = config_lib.complete({"objective": {"name": "classify",
+                                         "encoder": "distil"}}).objective
+  assert (o.name, o.encoder) == ("classify", "distilbert")
+  assert compose.family(config_lib.complete(
+      {"objective": {"name": "distil"}})).name == "distilbert"
+
+
+def test_names_that_name_nothing_are_one_line():
+  config = config_lib.get_config("tiny")
+  config.objective.name = "nope"
+  with pytest.raises(ValueError, match=r"objective.name='nope' is not one "
+                     r"of 'bert', .*'span_qa'"):
+    compose.objective(config)
+  config.objective.update(name="classify", encoder="gpt2")
+  with pytest.raises(ValueError, match=r"objective.encoder='gpt2' is not one "
+                     r"of 'bert', 'albert', 'electra', 'distilbert', "
+                     r"'modernbert'"):
+    compose.objective(config)
+  with pytest.raises(ValueError, match="model_type='gpt2'"):
+    compose.hf_directory({"model_type": "gpt2"})
+
+
 _REGISTRY_CHILD = """
 import sys
 for module in sys.argv[1:]:
