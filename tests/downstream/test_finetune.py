@@ -273,7 +273,6 @@ def test_glue_task_end_to_end_with_its_metric(tiny_hf, tmp_path, task,
                                               metrics):
   import tensorflow_datasets as tfds
 
-  from bert_jax.downstream import metrics as task_metrics
   config = finetune_config(init_from=tiny_hf["out"], num_steps=30)
   config.task.update(name=task, tfds_data_dir=str(tmp_path / "tfds"))
   with tfds.testing.mock_data(as_dataset_fn=_fake_glue):
@@ -282,8 +281,20 @@ def test_glue_task_end_to_end_with_its_metric(tiny_hf, tmp_path, task,
   assert set(scores) == metrics
   assert results["eval_examples"] == {"validation": 40}
   assert all(0.0 <= v <= 1.0 for v in scores.values())
+  # The scores and the main score (GLUE's: the mean of the task's metrics),
+  # recomputed from the predictions file the run wrote.
+  with open(tmp_path / "out" / results["predictions"][0]) as f:
+    pairs = [(r["label"], r["prediction"]) for r in map(json.loads, f)]
+  assert len(pairs) == 40
+  expected = {"accuracy": np.mean([y == p for y, p in pairs])}
+  if "f1" in metrics:  # Of the positive class, GLUE's second label.
+    positive = results["label_names"][1]
+    hits = sum(y == p == positive for y, p in pairs)
+    expected["f1"] = 2 * hits / (sum(y == positive for y, _ in pairs)
+                                 + sum(p == positive for _, p in pairs))
+  assert scores == pytest.approx(expected)
   assert results["main_score"] == pytest.approx(
-      task_metrics.main_score(scores))
+      sum(expected.values()) / len(expected))
 
 
 def test_missing_glue_data_says_how_to_prepare_it(tiny_hf, tmp_path):
