@@ -78,6 +78,7 @@ def tiny_hf(tmp_path_factory):
   return tiny_models.make_hf_dir(str(tmp_path_factory.mktemp("ft_base")))
 
 
+@pytest.mark.slow
 def test_learnable_task_is_learned_and_shuffled_labels_stay_at_chance(
     tiny_hf, tmp_path):
   scores = {}
@@ -113,6 +114,7 @@ def test_learnable_task_is_learned_and_shuffled_labels_stay_at_chance(
   assert abs(scores[True] - 0.5) < 0.12, scores
 
 
+@pytest.mark.slow
 def test_resume_continues_the_same_run(tiny_hf, tmp_path):
   """A run stopped after its step-12 checkpoint and rerun gives steps 13-24
   with exactly the losses of the uninterrupted run (state + data position)."""
@@ -144,6 +146,7 @@ def test_resume_continues_the_same_run(tiny_hf, tmp_path):
     assert loss == expected[step], (step, loss, expected[step])
 
 
+@pytest.mark.slow
 def test_eval_loss_and_scores_are_the_objectives_over_every_example(
     tiny_hf, tmp_path):
   """The evaluator's numbers come from the trainer's predict step: its loss
@@ -229,6 +232,7 @@ def _random_like(hf_dir: str, out: str) -> str:
   return out
 
 
+@pytest.mark.slow
 def test_pretrained_minilm_beats_random_init_at_equal_steps(tmp_path):
   """Train on some sentiment words, evaluate on unseen synonyms: only an
   encoder that knows English carries the label over."""
@@ -267,6 +271,7 @@ def _fake_glue(self, split, **unused):
   return tf.data.Dataset.from_tensor_slices(data)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task,metrics", [("glue/sst2", {"accuracy"}),
                                           ("glue/mrpc", {"f1", "accuracy"})])
 def test_glue_task_end_to_end_with_its_metric(tiny_hf, tmp_path, task,
@@ -364,6 +369,7 @@ def child_main(out_path):
   np.savez(out_path, **out)
 
 
+@pytest.mark.slow
 def test_finetune_and_predict_steps_on_8_devices_equal_one(tmp_path):
   out = str(tmp_path / "losses.npz")
   proc = subprocess.run([sys.executable, os.path.abspath(__file__), out],

@@ -14,6 +14,8 @@ from bert_jax.data import tokenizers
 from bert_jax.downstream import finetuning
 from tests.helpers import tiny_models
 
+pytestmark = pytest.mark.slow
+
 SEEDS = (0, 1, 2)
 
 

@@ -97,6 +97,7 @@ def exported(tmp_path_factory):
   return dict(base=base, config=config, params=params, out=out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 def test_export_gives_our_logits_in_pytorch(exported, attn):
   config, params = exported["config"], exported["params"]
@@ -151,6 +152,7 @@ def test_configs_we_would_compute_wrong_are_refused(exported, change,
     hf_modernbert.config_from_hf(cfg)
 
 
+@pytest.mark.slow
 def test_import_of_transformers_random_init(tmp_path):
   """ModernBertForMaskedLM as transformers initializes it (its own
   truncated normals, tied decoder omitted or written) -> our tree, our
@@ -243,6 +245,7 @@ def _their_logits(model, ids, mask) -> dict:
           if k in out}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["token", "span"])
 def test_per_token_head_of_transformers_random_init_goes_both_ways(
     tmp_path, kind):

@@ -61,6 +61,7 @@ ALBERT_FACTORIZED = dict(vocab_size=8192, embedding_size=192,
                          intermediate_size=256, num_hidden_layers=1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family, seq_length, max_predictions, model", [
     ("bert", 64, 10, {}), ("bert", 256, 40, {}),
     ("bert", 64, 16, HEAD_HEAVY), ("albert", 64, 10, {}),
@@ -86,6 +87,7 @@ def test_analytic_count_matches_xla_cost_analysis(family, seq_length,
   assert 1.0 <= ratio <= 1.08, ratio
 
 
+@pytest.mark.slow
 def test_modernbert_sliding_window_count_matches_xla_cost_analysis():
   """512 tokens, a 32-token window: attention dominates, and the two
   sliding-window layers' blocked path computes 48 keys per query, not 512.
@@ -95,6 +97,7 @@ def test_modernbert_sliding_window_count_matches_xla_cost_analysis():
       objectives.train_flops_per_step(config), rel=0.05)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("objective", ["modernbert_token_classify",
                                        "modernbert_span_qa",
                                        "modernbert_classify"])
@@ -168,6 +171,7 @@ def test_unknown_device_kind_falls_back_to_measuring(monkeypatch):
   assert measured == ["bfloat16"]  # The known kind measured nothing.
 
 
+@pytest.mark.slow
 def test_peak_configured_wins_and_cpu_is_measured():
   assert utilization.peak_tflops("bfloat16", configured=123.0) == (123.0,
                                                               "configured")

@@ -50,6 +50,7 @@ def _layer_pair():
   return xla, spl
 
 
+@pytest.mark.slow
 def test_forward_and_gradients_match_xla_with_padding():
   xla, spl = _layer_pair()
   x = jax.random.normal(jax.random.key(1), (3, SEQ, HEADS * HEAD_DIM))
@@ -143,6 +144,7 @@ def _sharded_child():
   np.testing.assert_allclose(sharded, single, atol=1e-6, rtol=0)
 
 
+@pytest.mark.slow
 def test_sharded_matches_single_device():
   env = dict(os.environ, JAX_PLATFORMS="cpu",
              XLA_FLAGS="--xla_force_host_platform_device_count=8")

@@ -3,6 +3,7 @@
 import collections
 
 import numpy as np
+import pytest
 
 from tests import helpers
 
@@ -111,6 +112,7 @@ def test_english_tasks_hold_out_the_dev_names(tmp_path):
   assert answers(dev) <= set(make.PER_FIRST[1]) and answers(dev)
 
 
+@pytest.mark.slow
 def test_documented_command_parses_without_a_workdir():
   """docs/downstream.md's command (it used to stop with `flag
   --workdir=None`: the tool writes no workdir). Flags defined as the script
