@@ -263,7 +263,6 @@ def saved_run(tmp_path_factory, programs):
   return workdir, saved
 
 
-@pytest.mark.slow
 def test_wrong_model_config_names_path_and_both_shapes(saved_run, tmp_path):
   workdir, _ = saved_run
   other = small_config(hidden=32, heads=2)

@@ -316,7 +316,6 @@ def _validate(config, tok):
   config_checks.check_tokenizer(config, tok)
 
 
-@pytest.mark.slow
 def test_empty_corpus_raises_not_hangs(uniq, tmp_path):
   tok = uniq["tok"]
   (tmp_path / "e1.txt").write_bytes(b"")
@@ -578,7 +577,6 @@ def test_data_counters_are_real_from_the_first_batch(uniq, tmp_path, caplog):
   assert st["invalid_utf8_lines"] == n_bad, st
 
 
-@pytest.mark.slow
 def test_clean_data_gives_no_warning(uniq, tmp_path, caplog):
   c = make_config(uniq["glob"], uniq["tok"].path)
   it = ip.create_train_iterator(c, uniq["tok"], str(tmp_path))

@@ -206,7 +206,6 @@ def test_train_batches_full_shuffled_and_cover_each_epoch(tok):
       rows, tok, **dict(kw, with_index=False)), 1)[0]
 
 
-@pytest.mark.slow
 def test_train_iterator_save_restore_continues_exactly(tok, tmp_path):
   rows = random_rows(50, False, seed=3)
   kw = dict(seq_length=64, batch_size=8, seed=5, buckets=(16, 32))

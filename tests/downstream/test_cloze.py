@@ -98,7 +98,6 @@ def test_multi_piece_verbalizer_word_is_an_error(tiny):
                                  ["terrible", "wonderful"])
 
 
-@pytest.mark.slow
 def test_long_text_is_truncated_keeping_the_template_tail(tiny):
   loaded = embeddings.load_model(tiny["out"])
   clf = cloze.ZeroShotClassifier(loaded, TEMPLATE, VERBALIZER)
@@ -164,7 +163,6 @@ def _write(path, text):
   return str(path)
 
 
-@pytest.mark.slow
 def test_cli_prints_accuracy_of_a_tsv_and_jsonl(tiny, tmp_path, capsys):
   rows = list(zip(TEXTS, [{"neg": 0, "pos": 1}[l] for l in LABELS]))
   tsv = _write(tmp_path / "dev.tsv", "sentence\tlabel\n" + "".join(

@@ -71,7 +71,6 @@ def exported(request, tmp_path_factory):
               params=params, config=config)
 
 
-@pytest.mark.slow
 def test_agrees_with_transformers_pipeline(exported):
   import transformers
   pipe = transformers.pipeline("fill-mask", model=exported["out"])
@@ -205,7 +204,6 @@ def _refusal(capsys, model: str) -> str:
   return line
 
 
-@pytest.mark.slow
 def test_directory_without_mlm_head_is_refused(capsys):
   """The shipped MiniLM (a BertModel: no MLM head) is refused as zero_shot
   refuses it, instead of predicting from a freshly initialised head."""

@@ -97,7 +97,6 @@ def exported(tmp_path_factory):
   return dict(base=base, config=config, params=params, out=out)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 def test_export_gives_our_logits_in_pytorch(exported, attn):
   config, params = exported["config"], exported["params"]
@@ -152,7 +151,6 @@ def test_configs_we_would_compute_wrong_are_refused(exported, change,
     hf_modernbert.config_from_hf(cfg)
 
 
-@pytest.mark.slow
 def test_import_of_transformers_random_init(tmp_path):
   """ModernBertForMaskedLM as transformers initializes it (its own
   truncated normals, tied decoder omitted or written) -> our tree, our

@@ -153,7 +153,6 @@ def test_packed_documents_see_only_themselves_with_their_own_positions():
     np.testing.assert_allclose(got[0, span], alone[0, :len(doc)], atol=1e-5)
 
 
-@pytest.mark.slow
 def test_hidden_states_are_indexed_as_hugging_faces():
   """0: embeddings; L: after the final norm (the model's output)."""
   config = tiny()

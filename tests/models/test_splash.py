@@ -50,7 +50,6 @@ def _layer_pair():
   return xla, spl
 
 
-@pytest.mark.slow
 def test_forward_and_gradients_match_xla_with_padding():
   xla, spl = _layer_pair()
   x = jax.random.normal(jax.random.key(1), (3, SEQ, HEADS * HEAD_DIM))

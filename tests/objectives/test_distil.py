@@ -27,7 +27,6 @@ def _load_config(name):
   return family_checks.load_config(name)
 
 
-@pytest.mark.slow
 def test_student_of_base_has_hugging_face_size_and_layout():
   from transformers import DistilBertConfig
   from transformers import DistilBertForMaskedLM
@@ -51,7 +50,6 @@ def _tiny(teacher="random", student_layers=2, temperature=1.0):
   return config
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("temperature", [1.0, 2.0])
 def test_student_equal_to_teacher_pays_the_teachers_entropy(temperature):
   """Student = teacher (all layers copied, segment row 0 zeroed so the
@@ -123,7 +121,6 @@ def test_teacher_in_state_gets_no_gradient_and_no_optimizer_state(tmp_path):
   assert losses[2] < losses[0], losses
 
 
-@pytest.mark.slow
 def test_export_matches_pytorch_and_fill_mask_runs_on_it(tmp_path):
   import torch
   from transformers import DistilBertForMaskedLM

@@ -184,7 +184,6 @@ def test_replaced_share_matches_the_generator_distribution():
   assert exp_fav < 0.5 * expected  # Mostly re-sampled as itself.
 
 
-@pytest.mark.slow
 def test_metrics_count_replaced_tokens_over_real_tokens():
   c = tiny_electra_config()
   m = make(c)
@@ -376,7 +375,6 @@ def test_flops_count_both_networks_and_match_xla():
   assert xla == pytest.approx(objectives.train_flops_per_step(c), rel=0.05)
 
 
-@pytest.mark.slow
 def test_registered_tables_build_each_network_alone(tmp_path):
   """The hf registry's ELECTRA families: a network imported alone (as
   fine-tuning or fill-mask would) gives the pair's logits exactly."""
