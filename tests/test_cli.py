@@ -42,7 +42,7 @@ def command_line(monkeypatch, tmp_path):
     return cli.parse_flags(argv)
 
   yield parse
-  cli.FLAGS.unparse_flags()
+  helpers.unparse_flags()
   os.dup2(stderr, 2)
   os.close(stderr)
   signal.signal(signal.SIGINT, sigint)
@@ -130,7 +130,7 @@ def test_bad_command_line_is_one_line_and_exit_1(monkeypatch, capfd, flags,
   try:
     code, lines = _fails(capfd, lambda: cli.parse_flags(argv))
   finally:
-    cli.FLAGS.unparse_flags()
+    helpers.unparse_flags()
   assert code == 1
   assert lines == [expected]
 

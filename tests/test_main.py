@@ -43,7 +43,7 @@ def parsed_flags(monkeypatch):
   jax.config.update("jax_disable_most_optimizations", True)
   yield parse
   jax.config.update("jax_disable_most_optimizations", disabled)
-  cli.FLAGS.unparse_flags()
+  helpers.unparse_flags()
   handler.filters[:] = filters
 
 
