@@ -17,6 +17,8 @@ import pytest
 from tests import helpers
 from tests.helpers import REPO
 
+pytestmark = pytest.mark.slow
+
 
 def _user_env(**extra):
   """What a user's shell has: none of the quieting the test suite sets."""

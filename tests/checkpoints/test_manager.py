@@ -232,6 +232,7 @@ def _run_devices(n, *args):
   return json.loads(line[len("RESULT"):])
 
 
+@pytest.mark.slow
 def test_restore_8_devices_onto_2_and_1_and_numpy(tmp_path):
   saved = _run_devices(8, "save", str(tmp_path))
   # The three layouts really were different shardings of the params.
@@ -315,6 +316,7 @@ def _copy_run(saved_run, tmp_path):
   return dst, saved
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["truncate_array_file", "empty_metadata",
                                     "missing_data_file"])
 def test_damaged_latest_step_falls_back_to_previous_with_warning(
@@ -437,6 +439,7 @@ def _biggest_state_file(step_dir):
   return max(files, key=os.path.getsize)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", [0.1, 0.3, 0.5, 0.7])
 def test_overwritten_bytes_are_found_at_restore_and_set_aside(
     saved_run, tmp_path, programs, where, caplog):
@@ -616,6 +619,7 @@ def _outputs(procs):
   return [out for out, _ in outs]
 
 
+@pytest.mark.slow
 def test_multiprocess_workdir_check_and_preemption_sync(tmp_path):
   # Each process gets its own directory: what a local path on each host of
   # a multi-host slice is. And, as a control, one directory both see.

@@ -35,6 +35,7 @@ def _start_holder(workdir, host=None):
   return proc
 
 
+@pytest.mark.slow
 def test_local_lock_refuses_second_writer_names_holder_and_dies_with_it(
     tmp_path):
   holder = _start_holder(tmp_path)
@@ -106,6 +107,27 @@ def test_object_store_lock_on_ram_path(caplog):
   assert not tf.io.gfile.exists(path)
 
 
+def test_second_lock_in_one_process_is_refused_until_the_first_is_released(
+    tmp_path):
+  """flock belongs to an open file, not a process: a second WorkdirLock of
+  the same workdir is refused here too, with one line naming the holder,
+  and takes the workdir once the first is released."""
+  first = WorkdirLock(str(tmp_path)).acquire()
+  with pytest.raises(WorkdirInUseError) as e:
+    WorkdirLock(str(tmp_path)).acquire()
+  msg = str(e.value)
+  assert len(msg.splitlines()) == 1
+  assert f"in use by another run (host {first.me['host']}, pid {os.getpid()}" \
+      in msg, msg
+  assert "its lock is held, so that run is alive" in msg, msg
+  first.verify()  # A local lock cannot be taken from under its holder.
+  first.release()
+  second = WorkdirLock(str(tmp_path)).acquire()
+  with open(tmp_path / workdir_lock.LOCK_NAME) as f:
+    assert json.load(f)["run_id"] == second.me["run_id"]
+  second.release()
+
+
 def test_workdir_that_is_a_file_is_one_sentence(tmp_path):
   f = tmp_path / "a_file"
   f.write_text("x")
@@ -117,6 +139,7 @@ def test_workdir_that_is_a_file_is_one_sentence(tmp_path):
   assert os.listdir(tmp_path / "new" / "run") == []  # The probe is gone.
 
 
+@pytest.mark.slow
 def test_take_over_never_writes_while_the_holder_keeps_its_lock(tmp_path):
   """--take_over_workdir on a local (NFS) workdir whose holder on another
   host still holds the flock: that run is alive, so the workdir is refused

@@ -30,6 +30,7 @@ def data(tmp_path_factory):
 
 
 
+@pytest.mark.slow
 def test_selection_rate_and_80_10_10(data):
   tok, ids = data
   out = run(make(tok), ids)
@@ -88,6 +89,7 @@ def test_whole_word_grouping(data):
   assert abs(frac[0] - 0.8) < 0.015 and abs(frac[1] + frac[2] - 0.2) < 0.015
 
 
+@pytest.mark.slow
 def test_deterministic_and_dynamic(data):
   tok, ids = data
   m = make(tok)

@@ -46,6 +46,7 @@ def reference_best_fit(lengths, capacity, max_sequences):
   return row, slot, offset, len(used)
 
 
+@pytest.mark.slow
 def test_best_fit_decreasing_matches_the_reference():
   rng = np.random.default_rng(0)
   for capacity, s in ((64, 4), (128, 16), (32, 1)):
@@ -162,6 +163,7 @@ def _unpacked(rows):
   return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("objective", ["nsp", "packed"])
 def test_packed_pipeline_holds_exactly_the_examples(corpus, tmp_path,
                                                    objective):
@@ -198,6 +200,7 @@ def test_packed_pipeline_holds_exactly_the_examples(corpus, tmp_path,
   assert {k: (v.shape, v.dtype) for k, v in batch.items()} == shapes
 
 
+@pytest.mark.slow
 def test_masking_per_packed_example(tmp_path):
   """The MLM budget of a packed row (max_predictions_per_seq, 15% of its
   real non-special tokens) spreads over its examples: short and long ones
@@ -255,6 +258,7 @@ def test_packing_config_checks(corpus):
       config_checks.validate(b, 1, check_sources=False)
 
 
+@pytest.mark.slow
 def test_modernbert_pretrains_on_packed_document_chunks(corpus, tmp_path):
   """data.packing serves ModernBERT: the config passes every check, the
   pipeline's packed rows are the objective's features, its loss on them is

@@ -105,6 +105,7 @@ def one_epoch_examples(config, tok, workdir, pi=0, pc=1, mode="train"):
 # -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_batch_shapes_and_dtypes(uniq, tmp_path):
   for obj in ("nsp", "sop", "packed"):
     c = make_config(uniq["glob"], uniq["tok"].path, objective=obj)
@@ -132,6 +133,7 @@ def _split_pair(row, tok):
   return ids[1:s], ids[s + 1:-1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("obj", ["nsp", "sop"])
 def test_pairs_labels_segments_and_order(uniq, tmp_path, obj):
   tok = uniq["tok"]
@@ -171,6 +173,7 @@ def test_pairs_labels_segments_and_order(uniq, tmp_path, obj):
   assert n_short > 0.03 * len(labels)
 
 
+@pytest.mark.slow
 def test_packing(uniq, tmp_path):
   tok = uniq["tok"]
   c = make_config(uniq["glob"], tok.path, objective="packed")
@@ -206,6 +209,7 @@ def test_packing(uniq, tmp_path):
   assert total == len(order[order >= 0])
 
 
+@pytest.mark.slow
 def test_save_restore_continues_identically(uniq, tmp_path):
   tok = uniq["tok"]
   # Two sources mixed by weight, shuffling, whole-word masking.
@@ -229,6 +233,7 @@ def test_save_restore_continues_identically(uniq, tmp_path):
     it2.restore(str(tmp_path / "nothing"))
 
 
+@pytest.mark.slow
 def test_eval_batches_identical_and_held_out(uniq, tmp_path):
   tok = uniq["tok"]
   c = make_config(uniq["glob"], tok.path, eval_fraction=0.1,
@@ -248,6 +253,7 @@ def test_eval_batches_identical_and_held_out(uniq, tmp_path):
   assert len(train_docs) > 0.8 * NUM_DOCS
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("files", ["many", "one"])
 def test_two_processes_disjoint_and_complete(uniq, tmp_path, files):
   tok = uniq["tok"]
@@ -262,6 +268,7 @@ def test_two_processes_disjoint_and_complete(uniq, tmp_path, files):
   assert collections.Counter(p0 + p1) == collections.Counter(single)
 
 
+@pytest.mark.slow
 def test_per_host_batch(uniq, tmp_path):
   tok = uniq["tok"]
   c = make_config(uniq["glob"], tok.path)
@@ -273,6 +280,7 @@ def test_per_host_batch(uniq, tmp_path):
                              process_count=3)
 
 
+@pytest.mark.slow
 def test_bad_data_is_skipped_and_counted(uniq, tmp_path):
   tok = uniq["tok"]
   d = tmp_path / "bad"
@@ -379,6 +387,7 @@ def _make_tfds(data_dir, docs):
   return builder.name
 
 
+@pytest.mark.slow
 def test_tfds_source_mixed_with_text(uniq, tmp_path):
   tok = uniq["tok"]
   docs = [[s.replace("w", "W", 1) for s in d] for d in uniq["docs"][:300]]
@@ -404,6 +413,7 @@ def test_tfds_source_mixed_with_text(uniq, tmp_path):
 # --- The demo path the trainer uses -------------------------------------------
 
 
+@pytest.mark.slow
 def test_demo_corpus_default_path(tmp_path):
   c = config_lib.get_config("tiny")
   c.data.tokenizer_vocab_size = 500
@@ -428,6 +438,7 @@ def test_demo_corpus_default_path(tmp_path):
   assert len(files) == demo_corpus.NUM_TRAIN_FILES + 1
 
 
+@pytest.mark.slow
 def test_nsp_balanced_on_one_long_document(uniq, tmp_path):
   """A book-like file (one document) still gets ~50% random-next pairs."""
   tok = uniq["tok"]
@@ -471,6 +482,7 @@ def test_chunking_matches_sequential_greedy():
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.slow
 def test_inspect_data_tool_saves_npz(uniq, tmp_path):
   from tests.helpers import REPO
   from tests.helpers import run_tool
@@ -496,6 +508,7 @@ def test_inspect_data_tool_saves_npz(uniq, tmp_path):
     assert k in d
 
 
+@pytest.mark.slow
 def test_traced_stages_and_eval_batches_are_cached(uniq, tmp_path):
   """A second pipeline for the same tokenizer reuses the traced functions;
   eval batches are built once per (config, tokenizer file, process)."""
@@ -534,6 +547,7 @@ def _corpus_with_bad_lines(uniq, path, every=10):
   return sum(1 for l in lines if b"\xff" in l), len(lines)
 
 
+@pytest.mark.slow
 def test_data_counters_are_real_from_the_first_batch(uniq, tmp_path, caplog):
   tok = uniq["tok"]
   path = tmp_path / "some_bad.txt"
@@ -584,6 +598,7 @@ def test_binary_source_is_one_error_naming_it(uniq, tmp_path):
   assert str(path) in str(e.value) and "good.txt" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_training_run_on_binary_corpus_is_one_error(tmp_path):
   from tests.helpers import failure_lines
   from tests.helpers import run_main

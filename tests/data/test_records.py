@@ -99,6 +99,7 @@ def test_records_become_the_text_files_sentences(corpus, kind, tmp_path):
   assert str(prepared) == (f"{kind}:{source.spec}@1 (text field 'text')")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["jsonl", "parquet"])
 def test_same_text_as_text_file_and_as_records_gives_same_batches(
     corpus, kind, tmp_path):
@@ -118,6 +119,7 @@ def test_same_text_as_text_file_and_as_records_gives_same_batches(
   assert n == 12
 
 
+@pytest.mark.slow
 def test_jsonl_and_parquet_mixed_resume_exactly(corpus, tmp_path):
   """The data position of a record source is saved and restored exactly
   (it is a text source once prepared), mixed by weight with shuffling."""
@@ -143,6 +145,7 @@ def _records_in(workdir) -> list[dict]:
   return [r for r in rows if r["split"] == "train"]
 
 
+@pytest.mark.slow
 def test_pretraining_on_parquet_and_jsonl_resumes_exactly(corpus, tmp_path):
   """`python -m bert_jax.main` on a Parquet corpus (a JSONL one for eval):
   6 steps straight; then the step-6 checkpoint is dropped and the same
@@ -218,6 +221,7 @@ def test_bad_record_is_one_line_and_nothing_is_written(tmp_path, name):
   assert os.listdir(workdir) == []  # No prepared/ directory, nothing in it.
 
 
+@pytest.mark.slow
 def test_bad_record_on_the_command_line(tmp_path):
   """A missing column is found by the startup checks: one line, exit 1,
   before the workdir is taken."""
@@ -261,6 +265,7 @@ def test_bad_record_after_the_first_line_leaves_nothing(tmp_path):
   assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.slow
 def test_prepare_tool_converts_in_parallel_once(corpus, tmp_path):
   """tools/prepare_corpus.py: 3 files in 2 worker processes give the files a
   run prepares by itself; a rerun converts nothing; a changed file is
@@ -298,6 +303,7 @@ def test_prepare_tool_converts_in_parallel_once(corpus, tmp_path):
       "part-0.txt", "part-1.txt"]
 
 
+@pytest.mark.slow
 def test_other_processes_wait_for_process_0(corpus, tmp_path):
   """Multi-host: process 0 prepares; process 1 (here a thread) waits for its
   marker and gets the same files, converting nothing itself."""

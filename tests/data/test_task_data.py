@@ -127,6 +127,7 @@ def check_batch_rows(batch, rows, seq_length, allowed):
     assert batch["labels"][r] == rows.labels[i]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pair", [False, True])
 def test_eval_every_example_exactly_once_in_static_buckets(tok, pair):
   rows = random_rows(203, pair, seed=1)
@@ -173,6 +174,7 @@ def take(ds, n):
   return [{k: v.numpy() for k, v in b.items()} for b in ds.take(n)]
 
 
+@pytest.mark.slow
 def test_train_batches_full_shuffled_and_cover_each_epoch(tok):
   rows = random_rows(50, True, seed=2)
   kw = dict(seq_length=64, batch_size=8, seed=3, buckets=(16, 32),
@@ -223,6 +225,7 @@ def test_train_iterator_save_restore_continues_exactly(tok, tmp_path):
       np.testing.assert_array_equal(a[k], b[k])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["train", "eval"])
 def test_hosts_get_disjoint_slices_of_the_same_global_batch(tok, mode):
   rows = random_rows(41, True, seed=4)

@@ -89,6 +89,7 @@ def test_load_tokenizer_caches_by_vocab_size(corpus, tmp_path):
     tokenizers.load_tokenizer(c.data, str(tmp_path))
 
 
+@pytest.mark.slow
 def test_train_tokenizer_tool(corpus, tmp_path):
   path, _ = corpus
   out = str(tmp_path / "wp" / "vocab.txt")
@@ -104,6 +105,7 @@ def test_train_tokenizer_tool(corpus, tmp_path):
   assert 100 < tok.vocab_size <= 300 and not tok.missing_special_tokens
 
 
+@pytest.mark.slow
 def test_train_tokenizer_tool_on_blank_corpus_says_so(tmp_path):
   # Before: SentencePiece's internal "!sentences_.empty()" and a traceback.
   blank = tmp_path / "blank.txt"
@@ -156,6 +158,7 @@ def test_corrupt_sentencepiece_model_is_one_error_naming_it(corpus, tmp_path):
     assert "data.tokenizer_path" in str(e.value)
 
 
+@pytest.mark.slow
 def test_train_tokenizer_tool_on_binary_corpus_names_it(tmp_path):
   import numpy as np
   path = tmp_path / "random.bin"
@@ -172,6 +175,7 @@ def test_train_tokenizer_tool_on_binary_corpus_names_it(tmp_path):
   assert not (tmp_path / "tok").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["corrupt_model", "blank_corpus"])
 def test_training_run_on_bad_tokenizer_input_is_one_error(tmp_path, case):
   from tests.helpers import run_main

@@ -44,6 +44,7 @@ def _by_hand(runner, template, text, text_b=None):
   return np.log([p[w] for w in VERBALIZER.values()])
 
 
+@pytest.mark.slow
 def test_scores_and_accuracy_equal_fill_mask_by_hand(tiny):
   examples = list(zip(TEXTS, [None] * len(TEXTS), LABELS))
   res = cloze.zero_shot_classify(tiny["out"], examples, TEMPLATE,
@@ -61,6 +62,7 @@ def test_scores_and_accuracy_equal_fill_mask_by_hand(tiny):
   assert res["num_examples"] == len(TEXTS) and res["num_truncated"] == 0
 
 
+@pytest.mark.slow
 def test_pair_template_and_unlabeled_examples(tiny):
   template = "{text} ? [MASK] , {text_b}"
   pairs = [("i loved this movie", "it was fun"),
@@ -74,6 +76,7 @@ def test_pair_template_and_unlabeled_examples(tiny):
   assert res["accuracy"] is None and res["labels"] == ["0", "1"]
 
 
+@pytest.mark.slow
 def test_workdir_and_hf_dir_agree(tiny, tmp_path):
   from tests.helpers.checkpoints import save_checkpoints
   workdir = str(tmp_path / "workdir")
@@ -185,6 +188,7 @@ def test_cli_prints_accuracy_of_a_tsv_and_jsonl(tiny, tmp_path, capsys):
           "text)") in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["missing", "no_mask", "empty", "piece"])
 def test_cli_bad_input_is_one_error_line(tiny, tmp_path, case):
   path = _write(tmp_path / "in.tsv", "" if case == "empty" else

@@ -53,6 +53,7 @@ def reference(minilm):
               hidden=[h.numpy() for h in out.hidden_states])
 
 
+@pytest.mark.slow
 def test_tokenization_equals_transformers(minilm, reference):
   tok = embeddings.plain_tokenizer(minilm["loaded"].tokenizer)
   for i, s in enumerate(SENTENCES):
@@ -60,6 +61,7 @@ def test_tokenization_equals_transformers(minilm, reference):
     assert tok.encode(s).ids == reference["ids"][i, :n].tolist()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pooling,layer", [("mean", -1), ("cls", -1),
                                            ("mean", 3), ("cls", 0)])
 def test_embeddings_equal_pytorch_bert_model(minilm, reference, pooling,
@@ -75,6 +77,7 @@ def test_embeddings_equal_pytorch_bert_model(minilm, reference, pooling,
   assert diff < 1e-5
 
 
+@pytest.mark.slow
 def test_bank_differs_by_context_though_its_input_row_is_the_same(minilm):
   _, per_token = embeddings.embed(minilm["model"], minilm["loaded"].tokenizer,
                              SENTENCES[:2], per_token=True)
@@ -100,6 +103,7 @@ def tiny(tmp_path_factory):
   return t
 
 
+@pytest.mark.slow
 def test_one_compile_per_bucket_and_truncation(tiny):
   from flax import nnx
   short = ["the movie was fun"] * 7
@@ -134,6 +138,7 @@ def _run_cli(*argv):
                         text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_cli_writes_vectors_and_per_token_npz(tiny, tmp_path):
   inp = tmp_path / "s.txt"
   inp.write_text("i loved this movie\n\nthe river bank\n")
@@ -155,6 +160,7 @@ def test_cli_writes_vectors_and_per_token_npz(tiny, tmp_path):
   assert z["vectors"].shape == (13, 64) and z["ids"].shape == (13,)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["missing_input", "empty", "missing_model",
                                   "layer"])
 def test_cli_bad_input_is_one_error_line(tiny, tmp_path, case):
@@ -194,6 +200,7 @@ for i, path in enumerate(inputs):
 """
 
 
+@pytest.mark.slow
 def test_cli_per_token_memory_does_not_grow_with_the_input(tiny, tmp_path):
   """embed --per_token streams its output: embedding 4x the lines (+27 MB
   of output) raises the peak by allocator noise only (~10-20 MB here;

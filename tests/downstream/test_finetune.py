@@ -79,6 +79,7 @@ def tiny_hf(tmp_path_factory):
   return tiny_models.make_hf_dir(str(tmp_path_factory.mktemp("ft_base")))
 
 
+@pytest.mark.slow
 def test_learnable_task_is_learned_and_shuffled_labels_stay_at_chance(
     tiny_hf, tmp_path):
   scores = {}
@@ -114,6 +115,7 @@ def test_learnable_task_is_learned_and_shuffled_labels_stay_at_chance(
   assert abs(scores[True] - 0.5) < 0.12, scores
 
 
+@pytest.mark.slow
 def test_resume_continues_the_same_run(tiny_hf, tmp_path):
   """A run stopped after its step-12 checkpoint and rerun gives steps 13-24
   with exactly the losses of the uninterrupted run (state + data position)."""
@@ -145,6 +147,7 @@ def test_resume_continues_the_same_run(tiny_hf, tmp_path):
     assert loss == expected[step], (step, loss, expected[step])
 
 
+@pytest.mark.slow
 def test_eval_loss_and_scores_are_the_objectives_over_every_example(
     tiny_hf, tmp_path):
   """The evaluator's numbers come from the trainer's predict step: its loss
@@ -227,6 +230,7 @@ def _random_like(hf_dir: str, out: str) -> str:
   return out
 
 
+@pytest.mark.slow
 def test_pretrained_minilm_beats_random_init_at_equal_steps(tmp_path):
   """Train on some sentiment words, evaluate on unseen synonyms: only an
   encoder that knows English carries the label over."""
@@ -265,13 +269,13 @@ def _fake_glue(self, split, **unused):
   return tf.data.Dataset.from_tensor_slices(data)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task,metrics", [("glue/sst2", {"accuracy"}),
                                           ("glue/mrpc", {"f1", "accuracy"})])
 def test_glue_task_end_to_end_with_its_metric(tiny_hf, tmp_path, task,
                                               metrics):
   import tensorflow_datasets as tfds
 
-  from bert_jax.tasks import sentence_metrics
   config = finetune_config(init_from=tiny_hf["out"], num_steps=30)
   config.task.update(name=task, tfds_data_dir=str(tmp_path / "tfds"))
   with tfds.testing.mock_data(as_dataset_fn=_fake_glue):
@@ -280,8 +284,20 @@ def test_glue_task_end_to_end_with_its_metric(tiny_hf, tmp_path, task,
   assert set(scores) == metrics
   assert results["eval_examples"] == {"validation": 40}
   assert all(0.0 <= v <= 1.0 for v in scores.values())
+  # The scores and the main score (GLUE's: the mean of the task's metrics),
+  # recomputed from the predictions file the run wrote.
+  with open(tmp_path / "out" / results["predictions"][0]) as f:
+    pairs = [(r["label"], r["prediction"]) for r in map(json.loads, f)]
+  assert len(pairs) == 40
+  expected = {"accuracy": np.mean([y == p for y, p in pairs])}
+  if "f1" in metrics:  # Of the positive class, GLUE's second label.
+    positive = results["label_names"][1]
+    hits = sum(y == p == positive for y, p in pairs)
+    expected["f1"] = 2 * hits / (sum(y == positive for y, _ in pairs)
+                                 + sum(p == positive for _, p in pairs))
+  assert scores == pytest.approx(expected)
   assert results["main_score"] == pytest.approx(
-      sentence_metrics.main_score(scores))
+      sum(expected.values()) / len(expected))
 
 
 def test_missing_glue_data_says_how_to_prepare_it(tiny_hf, tmp_path):
@@ -351,6 +367,7 @@ def child_main(out_path):
   np.savez(out_path, **out)
 
 
+@pytest.mark.slow
 def test_finetune_and_predict_steps_on_8_devices_equal_one(tmp_path):
   out = str(tmp_path / "losses.npz")
   proc = subprocess.run([sys.executable, os.path.abspath(__file__), out],

@@ -63,6 +63,7 @@ def _family_sequence_output(family, module, ids, mask, seg):
   return module(ids, mask, seg)["sequence_output"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["electra", "albert", "albert3", "distil"])
 def test_encoder_hooks_rebuild_the_family_encoder(family):
   config = _config(family)

@@ -86,6 +86,7 @@ def preempted(task):
               log=helpers.run_log(workdir))
 
 
+@pytest.mark.slow
 def test_sigterm_writes_no_results_and_exits_as_pretraining(preempted):
   r = preempted
   assert r["rc"] == 0, r["log"][-3000:]
@@ -118,6 +119,7 @@ def finished(task, preempted):
               workdir=preempted["workdir"])
 
 
+@pytest.mark.slow
 def test_rerun_finishes_with_a_window_mean_train_loss(finished):
   results, end = finished["results"], finished["end"]
   with open(os.path.join(finished["workdir"], "results.json")) as f:
@@ -142,6 +144,7 @@ def test_window_mean_skips_nonfinite_steps():
       window_loss=3.0, window_first_step=10, window_steps=2)
 
 
+@pytest.mark.slow
 def test_rerun_with_another_train_file_is_refused(task, finished):
   other = _write(task["base"] / "other.csv",
                  tiny_models.keyword_rows(64, seed=5))
@@ -161,6 +164,7 @@ def test_rerun_with_another_train_file_is_refused(task, finished):
       config.train.num_steps)
 
 
+@pytest.mark.slow
 def test_rerun_with_other_labels_names_the_label_map(task, finished):
   rows = [(text, {"pos": "good", "neg": "bad"}[label])
           for text, label in tiny_models.keyword_rows(32, seed=6)]

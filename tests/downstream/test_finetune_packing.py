@@ -59,6 +59,7 @@ def test_packed_eval_predicts_every_example_once(tiny_hf):
   assert len(packed) < len(padded) / 2  # ~4 examples a 32-slot row.
 
 
+@pytest.mark.slow
 def test_packed_finetuning_matches_buckets_over_three_seeds(tiny_hf,
                                                            tmp_path):
   train, dev = tiny_models.write_keyword_task(str(tmp_path), n_train=512,

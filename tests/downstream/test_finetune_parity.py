@@ -21,6 +21,8 @@ import pytest
 from tests.helpers import tiny_models
 from tests.helpers import torch_reference
 
+pytestmark = pytest.mark.slow
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 

@@ -90,6 +90,7 @@ def test_agrees_with_transformers_pipeline(exported):
                                  atol=1e-7)
 
 
+@pytest.mark.slow
 def test_workdir_and_hf_dir_give_identical_results(exported):
   from tests.helpers.checkpoints import save_checkpoints
   # A real checkpoint (step 7) beside the cached tokenizer: a training workdir.
@@ -104,6 +105,7 @@ def test_workdir_and_hf_dir_give_identical_results(exported):
   assert scores == sorted(scores, reverse=True) and 0 < scores[0] <= 1
 
 
+@pytest.mark.slow
 def test_cli_json_and_text_output(exported, capsys):
   fill_mask.main(["--model", exported["out"], "--top_k", "3", "--json",
                   TEXTS[0]])
@@ -123,6 +125,7 @@ def test_text_without_mask_is_an_error(exported):
     runner("No mask here.")
 
 
+@pytest.mark.slow
 def test_vocab_txt_only_directory(exported, tmp_path):
   """An HF dir with vocab.txt and no tokenizer.json (older BERT releases)."""
   if exported["kind"] != "wordpiece":
@@ -136,6 +139,7 @@ def test_vocab_txt_only_directory(exported, tmp_path):
       exported["out"], TEXTS[1])
 
 
+@pytest.mark.slow
 def test_padded_vocab_rows_are_never_predicted(exported):
   """An embedding table padded past the tokenizer: those ids are no token."""
   params, model_config, tok, _ = mask_filling.load(exported["out"])
@@ -178,6 +182,7 @@ def test_text_longer_than_the_model_keeps_the_mask(exported, caplog):
     runner(too_far)
 
 
+@pytest.mark.slow
 def test_cli_errors_are_one_line(exported, tmp_path):
   import subprocess
   import sys

@@ -43,6 +43,7 @@ def hf_dir(tmp_path_factory):
   return dict(base=base, out=out, config=config)
 
 
+@pytest.mark.slow
 def test_finetune_learns_and_exports_a_sequence_classifier(hf_dir, tmp_path):
   from bert_jax import export
   from bert_jax.downstream import finetuning
@@ -88,6 +89,7 @@ def test_finetune_learns_and_exports_a_sequence_classifier(hf_dir, tmp_path):
   assert np.argmax(ours, -1).tolist() == [1, 0]  # pos, neg.
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layer", [1, -1])
 def test_embeddings_equal_transformers_hidden_states(hf_dir, layer):
   """embed() (mean over real tokens) on the directory equals the mean of
@@ -156,6 +158,7 @@ def per_token_run(hf_dir, tmp_path_factory, request):
   return dict(kind=kind, results=results, workdir=workdir, out=out)
 
 
+@pytest.mark.slow
 def test_token_and_span_tasks_fine_tune_with_modernberts_heads(
     per_token_run):
   """The run is the kind's ModernBERT head (not BERT's on a BertModel),
@@ -177,6 +180,7 @@ def test_token_and_span_tasks_fine_tune_with_modernberts_heads(
   assert results["main_score"] >= 0.9, results["scores"]
 
 
+@pytest.mark.slow
 def test_token_and_span_exports_load_in_their_class_with_our_logits(
     per_token_run):
   """The export is ModernBertForTokenClassification (with the run's tags)

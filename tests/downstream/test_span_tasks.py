@@ -35,6 +35,8 @@ from tests import helpers
 from tests.helpers import span_tag_tasks
 from tests.helpers import tiny_models
 
+pytestmark = pytest.mark.slow
+
 NUM_STEPS, SAVE_AT = 80, 40
 SEQ, STRIDE, MAX_QUERY, MAX_ANSWER = 64, 24, 16, 30
 

@@ -30,6 +30,8 @@ from tests.helpers import span_tag_tasks
 from tests.helpers import tiny_models
 from tests.helpers import torch_reference
 
+pytestmark = pytest.mark.slow
+
 NUM_STEPS = 30
 TOLERANCE = 1e-5
 HEAD_SCALE = 10.0

@@ -68,6 +68,7 @@ def _train_losses(workdir) -> dict:
   return {r["step"]: r["loss"] for r in rows if r["split"] == "train"}
 
 
+@pytest.mark.slow
 def test_learnable_tags_reach_f1_and_shuffled_tags_stay_near_chance(
     base, learned):
   scores = learned["results"]["scores"]["validation"]
@@ -84,6 +85,7 @@ def test_learnable_tags_reach_f1_and_shuffled_tags_stay_near_chance(
   assert noise["f1"] < 0.3, noise
 
 
+@pytest.mark.slow
 def test_results_and_the_conlleval_predictions_file(learned):
   results, workdir = learned["results"], learned["workdir"]
   saved = json.loads(open(os.path.join(workdir, "results.json")).read())
@@ -112,6 +114,7 @@ def test_results_and_the_conlleval_predictions_file(learned):
   assert again["f1"] == results["scores"]["validation"]["f1"]
 
 
+@pytest.mark.slow
 def test_rerun_after_a_kill_continues_with_the_same_losses(base, learned):
   """A run stopped after its step-50 checkpoint and rerun gives steps
   51-100 with exactly the uninterrupted run's losses (state and data
@@ -142,6 +145,7 @@ def exported(learned):
   return out
 
 
+@pytest.mark.slow
 def test_export_is_a_token_classifier_with_the_run_tags(learned, exported):
   transformers = pytest.importorskip("transformers")
   cfg = json.loads(open(os.path.join(exported, "config.json")).read())
@@ -165,6 +169,7 @@ def _pipeline_tags(entities, words) -> list[str]:
   return tags
 
 
+@pytest.mark.slow
 def test_pipeline_agrees_with_the_predictions_file(learned, exported):
   transformers = pytest.importorskip("transformers")
   pytest.importorskip("torch").set_num_threads(1)  # Busy cores crawl.

@@ -173,6 +173,16 @@ def import_tool(name: str):
   return module
 
 
+def unparse_flags() -> None:
+  """absl's flags as before an entry point's command line was parsed in this
+  process: values unparsed, and the --config.* override flags ml_collections
+  defined for that line removed (the next parse defines them again)."""
+  from bert_jax import cli  # pylint: disable=g-import-not-at-top
+  cli.FLAGS.unparse_flags()
+  for name in [n for n in cli.FLAGS if n.startswith("config.")]:
+    delattr(cli.FLAGS, name)
+
+
 # Lines of TF / XLA start-up chatter that are not ours.
 NOT_OURS = re.compile(r"^(WARNING: All log messages|I0000|E0000|W0000)")
 

@@ -101,6 +101,7 @@ def _our_logits(params, config, batch):
   return np.asarray(fn(state, batch))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["electra", "albert", "distil"])
 def test_classifier_exports_to_its_family_class(tmp_path, family):
   workdir, params, config = _classifier_run(str(tmp_path), family)

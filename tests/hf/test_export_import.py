@@ -252,6 +252,7 @@ def trained(tmp_path_factory):
   return dict(workdir=workdir, out=out, params=loaded[0], config=loaded[1])
 
 
+@pytest.mark.slow
 def test_export_directory(trained):
   files = set(os.listdir(trained["out"]))
   assert {"config.json", "model.safetensors", "tokenizer.json",
@@ -267,6 +268,7 @@ def test_export_directory(trained):
   assert cfg["hidden_size"] == 64 and cfg["vocab_size"] == n_tok
 
 
+@pytest.mark.slow
 def test_pytorch_logits_match_jax(trained):
   import torch
   from transformers import AutoTokenizer
@@ -294,6 +296,7 @@ def test_pytorch_logits_match_jax(trained):
   assert_trees_identical(vocab.trim(trained["params"], n_tok), back)
 
 
+@pytest.mark.slow
 def test_masked_lm_and_pipeline_load(trained):
   from transformers import AutoModelForMaskedLM
   from transformers import pipeline
@@ -306,6 +309,7 @@ def test_masked_lm_and_pipeline_load(trained):
   assert len(res) == 3 and all("token_str" in r for r in res)
 
 
+@pytest.mark.slow
 def test_tokenizer_parity_on_trained_run(trained):
   from transformers import AutoTokenizer
 
@@ -317,6 +321,7 @@ def test_tokenizer_parity_on_trained_run(trained):
   assert got == ingraph.tokenize(SENTENCES).to_list()
 
 
+@pytest.mark.slow
 def test_trained_run_records_its_tokenizer(trained):
   """The trainer writes WORKDIR/tokenizer/record.json; export reads it."""
   with open(os.path.join(trained["workdir"], "tokenizer", "record.json")) as f:
@@ -328,6 +333,7 @@ def test_trained_run_records_its_tokenizer(trained):
   assert spec.path == os.path.join(trained["workdir"], record["path"])
 
 
+@pytest.mark.slow
 def test_fill_mask_cli_workdir_and_hf_dir_agree_with_pipeline(trained):
   from transformers import pipeline
   text = ("Elephants are playing in the zoo with monkeys. "
@@ -354,6 +360,7 @@ def test_fill_mask_cli_workdir_and_hf_dir_agree_with_pipeline(trained):
 # -----------------------------------------------------------------------------
 # Import.
 # -----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_import_minilm_hidden_states_match_pytorch(tmp_path):
   import torch
   import transformers  # noqa: F401  (export stack)
@@ -451,6 +458,7 @@ def _google_names(params, n_layers):
   return out
 
 
+@pytest.mark.slow
 def test_import_google_tf_checkpoint(tmp_path):
   import tensorflow as tf
   cfg = tiny_model_config()
@@ -493,6 +501,7 @@ IMPORT_COMMANDS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", sorted(IMPORT_COMMANDS))
 def test_converters_on_wrong_directories_say_what_they_expected(tmp_path,
                                                                 form):

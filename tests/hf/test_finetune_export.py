@@ -100,6 +100,7 @@ def _torch_logits(out, batch):
                  ).logits.numpy()
 
 
+@pytest.mark.slow
 def test_config_names_the_class_and_the_run_labels(classify_run):
   out = classify_run["out"]
   with open(os.path.join(out, "config.json")) as f:
@@ -117,6 +118,7 @@ def test_config_names_the_class_and_the_run_labels(classify_run):
   assert hf_cfg.id2label == {0: "neg", 1: "pos"}
 
 
+@pytest.mark.slow
 def test_pytorch_logits_equal_ours(classify_run):
   params, model_config = _trained_params(classify_run["workdir"])
   worst = 0.0
@@ -134,6 +136,7 @@ def test_pytorch_logits_equal_ours(classify_run):
   assert ours[0, 1] - ours[0, 0] > ours[1, 1] - ours[1, 0]
 
 
+@pytest.mark.slow
 def test_pipeline_returns_our_label_names(classify_run):
   params, model_config = _trained_params(classify_run["workdir"])
   clf = transformers.pipeline("text-classification", model=classify_run["out"])
@@ -148,6 +151,7 @@ def test_pipeline_returns_our_label_names(classify_run):
                              atol=1e-5)
 
 
+@pytest.mark.slow
 def test_export_imports_back_exactly(classify_run):
   from bert_jax import pretrained
   from bert_jax.hf import mapping
@@ -177,6 +181,7 @@ def test_architecture_follows_the_objective():
     architecture("nope")
 
 
+@pytest.mark.slow
 def test_regression_export_loads(regression_run):
   out = regression_run["out"]
   with open(os.path.join(out, "config.json")) as f:

@@ -299,6 +299,7 @@ def _their_logits(model, ids, mask) -> dict:
           if k in out}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["token", "span"])
 def test_per_token_head_of_transformers_random_init_goes_both_ways(
     tmp_path, kind):

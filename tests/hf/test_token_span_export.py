@@ -36,6 +36,8 @@ from tests.helpers.checkpoints import assert_trees_identical
 from tests.helpers.checkpoints import random_tree
 from tests.helpers.checkpoints import save_checkpoints
 
+pytestmark = pytest.mark.slow
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 

@@ -73,6 +73,7 @@ def _padded_run(base: str, family: str, workdir: bool = True):
   return path, n_tok, params, config
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["bert", "albert", "distil", "electra"])
 def test_fill_mask_pipeline_agrees_with_ours_on_a_padded_run(tmp_path,
                                                              family):

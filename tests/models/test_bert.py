@@ -60,6 +60,7 @@ def _hugging_face_count(m) -> int:
   return sum(p.numel() for p in model.parameters())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", list(PUBLISHED_SHAPES))
 def test_config_files_are_the_published_sizes(size):
   m = _config_file(size).model

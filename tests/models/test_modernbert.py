@@ -112,6 +112,7 @@ def test_blocked_sliding_window_equals_the_dense_one():
         _attend(q, k, v, mask, "dot_product_attention", window), atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("impl", ["dot_product_attention", "splash"])
 def test_attention_kinds_equal_xla(impl):
   """jax.nn.dot_product_attention (XLA here) and the splash kernel (Pallas
@@ -130,6 +131,7 @@ def test_attention_kinds_equal_xla(impl):
           err_msg=f"{window} packed={mask.packed}")
 
 
+@pytest.mark.slow
 def test_packed_documents_see_only_themselves_with_their_own_positions():
   """Two documents packed in one row (sequence ids 1, 2; positions
   restarting) give each the hidden states it gets alone in a padded row:
@@ -171,6 +173,7 @@ def test_hidden_states_are_indexed_as_hugging_faces():
 # ------------------------------------------------------------------------------
 # Sizes and FLOPs.
 # ------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("name, with_head, encoder", [
     ("modernbert_base", 149_655_232, 149_014_272),
     ("modernbert_large", 395_881_664, 394_781_696),

@@ -73,6 +73,7 @@ def _run(config, graphdef):
   return jax.jit(run)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("impl", KINDS)
 def test_packed_rows_equal_each_example_alone(impl, layouts):
   exs, padded, packed, where = layouts
@@ -161,6 +162,7 @@ def _modernbert_config(impl: str, packing: bool):
 # On "xla" (the blocked sliding window): the other kinds on packed rows with
 # a window ("dot_product_attention", splash's LocalMask with segment ids)
 # equal "xla" at the attention level (tests/models/test_modernbert.py).
+@pytest.mark.slow
 def test_modernbert_packed_documents_equal_each_alone(layouts, impl="xla"):
   """ModernBERT on packed rows: each document gets the MLM logits it gets
   alone (RoPE positions and the sliding window restart per document, no

@@ -121,6 +121,7 @@ def _loss_and_grads(config, params, b):
   return jax.jit(jax.value_and_grad(loss))(params)
 
 
+@pytest.mark.slow
 def test_bf16_loss_and_gradients_match_fp32():
   params = _params().to_pure_dict()
   b = batch(seed=2)
@@ -135,6 +136,7 @@ def test_bf16_loss_and_gradients_match_fp32():
   assert cosine > GRAD_COSINE, cosine
 
 
+@pytest.mark.slow
 def test_bf16_training_keeps_fp32_state_and_learns():
   config = tiny_config("bfloat16")
   mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])

@@ -143,6 +143,7 @@ def _sharded_child():
   np.testing.assert_allclose(sharded, single, atol=1e-6, rtol=0)
 
 
+@pytest.mark.slow
 def test_sharded_matches_single_device():
   env = dict(os.environ, JAX_PLATFORMS="cpu",
              XLA_FLAGS="--xla_force_host_platform_device_count=8")

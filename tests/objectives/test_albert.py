@@ -78,6 +78,7 @@ def test_configs_follow_the_published_recipe():
 # ------------------------------------------------------------------------------
 # Shared layers.
 # ------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_shared_layer_gradient_is_the_sum_over_its_uses():
   """3 uses of one block vs 3 groups holding tied copies of it (HF's
   num_hidden_groups=3): same loss, and the shared gradient is the sum of the
@@ -137,6 +138,7 @@ def data(tmp_path_factory):
   return masking_corpus.corpus(tmp_path_factory.mktemp("mask"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("whole_word", [False, True])
 def test_ngram_masking_statistics(data, whole_word):
   import tensorflow as tf
@@ -195,6 +197,7 @@ def test_ngram_masking_statistics(data, whole_word):
   assert whole > 200 and mixed == 0, (whole, mixed)
 
 
+@pytest.mark.slow
 def test_ngram_masking_is_deterministic_per_seed(data):
   tok, ids = data
   masker = make(tok, max_ngram=3, whole_word=True)
@@ -261,6 +264,7 @@ def test_export_matches_pytorch_and_round_trips(tmp_path):
 # ------------------------------------------------------------------------------
 # Meshes and resume.
 # ------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_one_vs_eight_devices_same_losses(tmp_path):
   losses = family_checks.mesh_losses("albert", tmp_path)
   for name in ("dp8", "fsdp8", "dp4_tp2"):
@@ -269,6 +273,7 @@ def test_one_vs_eight_devices_same_losses(tmp_path):
   assert losses["single"][0] != losses["single"][2]
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly_and_the_run_exports(tmp_path):
   """Stop-and-rerun from the step-4 checkpoint (state + data position, not
   kill -9: tests/training/test_resume.py covers that path for the shared

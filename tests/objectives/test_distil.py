@@ -88,6 +88,7 @@ def test_student_equal_to_teacher_pays_the_teachers_entropy(temperature):
           m["mlm_loss"]), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_teacher_in_state_gets_no_gradient_and_no_optimizer_state(tmp_path):
   hf_dir = tiny_models.make_hf_dir(str(tmp_path))
   config = _tiny(teacher=hf_dir["out"], student_layers=1)
@@ -161,6 +162,7 @@ def test_export_matches_pytorch_and_fill_mask_runs_on_it(tmp_path):
                              [w["score"] for w in want], atol=1e-4)
 
 
+@pytest.mark.slow
 def test_one_vs_eight_devices_same_losses(tmp_path):
   losses = family_checks.mesh_losses("distil", tmp_path)
   for name in ("dp8", "fsdp8", "dp4_tp2"):
@@ -169,6 +171,7 @@ def test_one_vs_eight_devices_same_losses(tmp_path):
   assert losses["single"][0] != losses["single"][2]
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly_and_the_student_exports(tmp_path):
   """Stop-and-rerun from the step-4 checkpoint (teacher in the state, data
   position), then tools/convert_to_hf.py writes the student as

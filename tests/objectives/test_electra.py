@@ -90,6 +90,7 @@ def test_every_param_has_logical_axes():
     assert axes is not None and len(axes) == len(var.get_value().shape), path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config_name", ["electra_small", "electra_base"])
 def test_parameter_counts_match_hugging_face(config_name):
   torch = pytest.importorskip("torch")
@@ -115,6 +116,7 @@ def test_parameter_counts_match_hugging_face(config_name):
 # ---------------------------------------------------------------------------
 # Replacement: who is replaced, and how often.
 # ---------------------------------------------------------------------------
+@pytest.mark.slow
 def test_discriminator_input_and_label_rule_exact():
   c = tiny_electra_config()
   m = make(c)
@@ -140,6 +142,7 @@ def test_discriminator_input_and_label_rule_exact():
     np.testing.assert_array_equal(labels, (expected != original).astype(int))
 
 
+@pytest.mark.slow
 def test_replaced_share_matches_the_generator_distribution():
   """Over many batches, P(replaced) at a masked slot = 1 - p_gen(original);
   a sampled token equal to the original is labelled original. The generator
@@ -229,6 +232,7 @@ def _norms(tree):
   return jax.tree.map(lambda g: float(jnp.max(jnp.abs(g))), tree)
 
 
+@pytest.mark.slow
 def test_discriminator_loss_gives_generator_no_gradient():
   c = tiny_electra_config()
   graphdef, params = nnx.split(make(c), nnx.Param)
@@ -271,6 +275,7 @@ def _randomized_params(config, seed=0):
   return graphdef, jax.tree.unflatten(tree, leaves)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("embedding_size", [32, 64])
 def test_hf_export_logits_match_pytorch(tmp_path, embedding_size):
   torch = pytest.importorskip("torch")
@@ -342,6 +347,7 @@ def test_hf_import_rejects_untied_embeddings(tmp_path):
 # ---------------------------------------------------------------------------
 # FLOPs: both networks.
 # ---------------------------------------------------------------------------
+@pytest.mark.slow
 def test_flops_count_both_networks_and_match_xla():
   from bert_jax import compose
   c = tiny_electra_config()
@@ -406,6 +412,7 @@ def test_objective_name_alone_selects_electra_with_defaults():
   assert c.objective.disc_weight == 50.0
 
 
+@pytest.mark.slow
 def test_objective_name_on_base_samples_the_generator_at_temperature_one():
   """--config.objective.name=electra on configs/base.py: the generator is
   sampled at objective.generator_temperature (1.0 unless set), never at
@@ -436,6 +443,7 @@ def test_objective_name_on_base_samples_the_generator_at_temperature_one():
   assert default["mlm_loss"] == two["mlm_loss"]  # The generator is the same.
 
 
+@pytest.mark.slow
 def test_both_networks_learn_on_a_fixed_batch():
   """The loss trains both networks (a loss term with no gradient path to its
   network, or of the wrong sign, fails this): 200 Adam steps on one batch

@@ -26,6 +26,8 @@ import pytest
 from tests.helpers import REPO
 from tests.helpers import child_env
 
+pytestmark = pytest.mark.slow
+
 TOL = 1e-5
 STEPS = 3
 RUNS = {"single": (1, 1, 1), "dp8": (8, 1, 1), "fsdp8": (1, 8, 1),

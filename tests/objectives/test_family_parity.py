@@ -294,6 +294,7 @@ def albert_run(tmp_path_factory):
               batch_path=batch_path)
 
 
+@pytest.mark.slow
 def test_albert_per_step_loss_equals_pytorch(albert_run):
   r = albert_run
   with one_thread():
@@ -302,6 +303,7 @@ def test_albert_per_step_loss_equals_pytorch(albert_run):
   compare("albert", r["losses"], theirs, r["norms"], r["hp"])
 
 
+@pytest.mark.slow
 def test_albert_parity_sees_a_wrong_decay_mask(albert_run):
   """Weight decay on LayerNorms and biases too, on the reference side,
   breaks the comparison."""
@@ -395,6 +397,7 @@ def distil_run(tmp_path_factory):
                            alpha_mlm=o.alpha_mlm, alpha_cos=o.alpha_cos))
 
 
+@pytest.mark.slow
 def test_distil_per_step_loss_equals_pytorch(distil_run):
   r = distil_run
   with one_thread():
@@ -405,6 +408,7 @@ def test_distil_per_step_loss_equals_pytorch(distil_run):
   compare("distil", r["losses"], theirs, r["norms"], r["hp"])
 
 
+@pytest.mark.slow
 def test_distil_parity_sees_a_wrong_loss_weight(distil_run):
   """alpha_cos 0.9 instead of 1.0 on the reference side breaks it."""
   r = distil_run
@@ -533,6 +537,7 @@ def test_electra_sampling_noise_is_jax_categorical():
   np.testing.assert_array_equal(np.argmax(logits / 1.5 + noise, -1), want)
 
 
+@pytest.mark.slow
 def test_electra_per_step_loss_equals_pytorch(electra_run):
   r = electra_run
   with one_thread():
@@ -551,6 +556,7 @@ def test_electra_per_step_loss_equals_pytorch(electra_run):
     assert rel < TOLERANCE, (part, rel)
 
 
+@pytest.mark.slow
 def test_electra_parity_sees_the_pad_row(electra_run):
   """With torch's padding_idx kept, a [PAD] sampled by the generator
   (once in these 20 steps) gives no gradient to its embedding row there,
@@ -608,6 +614,7 @@ def modernbert_run(tmp_path_factory):
               batch_path=batch_path)
 
 
+@pytest.mark.slow
 def test_modernbert_per_step_loss_equals_pytorch(modernbert_run):
   r = modernbert_run
   with one_thread():
@@ -617,6 +624,7 @@ def test_modernbert_per_step_loss_equals_pytorch(modernbert_run):
   compare("modernbert", r["losses"], theirs, r["norms"], r["hp"])
 
 
+@pytest.mark.slow
 def test_modernbert_parity_sees_a_wider_window(modernbert_run):
   """The reference with local_attention 10 instead of 8 (one more key on
   each side of every sliding-window query) breaks the comparison."""

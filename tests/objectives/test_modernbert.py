@@ -102,6 +102,7 @@ def _losses(workdir):
   return {r["step"]: r["loss"] for r in helpers.train_records(workdir)}
 
 
+@pytest.mark.slow
 def test_context_extension_phase_runs_with_its_own_rope_base(runs):
   log = helpers.run_log(runs["reference"])
   assert log.count("Phase 2/2 from step 6: seq_length 64, "
@@ -117,6 +118,7 @@ def test_context_extension_phase_runs_with_its_own_rope_base(runs):
   assert records[-1]["loss"] < records[0]["loss"]
 
 
+@pytest.mark.slow
 def test_kill9_in_the_extension_phase_resumes_exactly(runs):
   assert runs["codes"] == [-signal.SIGKILL, 0], helpers.run_log(
       runs["killed"])[-3000:]
@@ -128,6 +130,7 @@ def test_kill9_in_the_extension_phase_resumes_exactly(runs):
     assert rec["loss"] == ref[rec["step"]], rec
 
 
+@pytest.mark.slow
 def test_trained_run_exports_with_its_last_phase_and_our_logits(runs):
   """tools/convert_to_hf.py on the run: config.json carries the extension
   phase's RoPE base; ModernBertForMaskedLM in PyTorch gives our logits on
@@ -170,6 +173,7 @@ def test_trained_run_exports_with_its_last_phase_and_our_logits(runs):
   assert len(result) == 2 and result[0]["score"] >= result[1]["score"]
 
 
+@pytest.mark.slow
 def test_one_vs_eight_devices_same_losses(tmp_path):
   losses = family_checks.mesh_losses("modernbert", tmp_path)
   for name in ("dp8", "fsdp8", "dp4_tp2"):
@@ -207,6 +211,7 @@ def test_startup_checks_name_the_field(change, message):
     config_checks.validate(config, num_devices=1, check_sources=False)
 
 
+@pytest.mark.slow
 def test_a_phase_model_entry_gets_its_own_graph_over_the_same_state():
   """Programs.steps_for: the run's own steps for a phase without a "model"
   entry; for one with (other RoPE bases, a narrower window) a step of its

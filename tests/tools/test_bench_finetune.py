@@ -1,7 +1,9 @@
 """tools/bench_finetune.py batching (no timing) and tools/make_demo_task.py."""
 
+import collections
 
 import numpy as np
+import pytest
 
 from tests import helpers
 
@@ -62,14 +64,24 @@ def test_token_and_span_features_batch_for_hugging_face(tmp_path):
                                      seq_length=32, stride=15)
   rows = bench.feature_rows(features, "token")
   batches = bench.dynamic_feature_batches(rows, 8, 0, seed=0)
-  assert len(batches) == len(rows) // 8
+  assert len(batches) == len(rows) // 8  # Full batches only.
+  window = lambda *arrays: tuple(tuple(np.asarray(a).tolist()) for a in arrays)
+  seen = collections.Counter()
   for b in batches:
     n = b["attention_mask"].sum(1)
     assert b["input_ids"].shape[1] == n.max()
     assert np.all((b["labels"] == -100) | (b["attention_mask"] == 1))
-  learned = sum(int(np.sum(b["labels"] != -100)) for b in batches)
-  per_row = [int(np.sum(r["labels"] != -100)) for r in rows]
-  assert learned <= sum(per_row) and max(per_row) > 0
+    for i, k in enumerate(n):
+      assert (b["input_ids"][i, k:] == 0).all()
+      seen[window(b["input_ids"][i, :k], b["token_type_ids"][i, :k],
+                  b["labels"][i, :k])] += 1
+  windows = collections.Counter(
+      window(r["input_ids"], r["token_type_ids"], r["labels"]) for r in rows)
+  # Every window once, but for the len(rows) % 8 a last full batch leaves.
+  assert seen <= windows, (
+      f"{(seen - windows).total()} batched windows more than the rows hold")
+  assert windows.total() - seen.total() == len(rows) % 8
+  assert max(np.sum(r["labels"] != -100) for r in rows) > 0
   train, _ = span_tag_tasks.write_qa_task(str(tmp_path / "qa"), n_train=10,
                                           n_dev=2)
   examples, _ = squad_sources.read_json(train)
@@ -100,6 +112,7 @@ def test_english_tasks_hold_out_the_dev_names(tmp_path):
   assert answers(dev) <= set(make.PER_FIRST[1]) and answers(dev)
 
 
+@pytest.mark.slow
 def test_documented_command_parses_without_a_workdir():
   """docs/downstream.md's command: the tool writes no workdir and asks for
   none. Flags defined as the script defines them (define_flags) and parsed

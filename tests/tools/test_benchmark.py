@@ -49,6 +49,7 @@ def batch():
   return benchmarking.synthetic_batches(1, 4, 32, 5, 256)[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("option", [
     dict(fused_qkv=True),
     dict(attention_impl="dot_product_attention"),
@@ -74,6 +75,7 @@ def test_speed_options_compute_the_same_model(option, batch):
   assert shapes(other) == shapes(base)
 
 
+@pytest.mark.slow
 def test_dot_product_attention_honours_padding(batch):
   """Padded keys get no weight: changing padded tokens changes nothing."""
   config = tiny_config(attention_impl="dot_product_attention").model
@@ -100,6 +102,7 @@ def test_unknown_options_are_named():
     bert.validate_model_config(tiny_config(remat_policy="some").model)
 
 
+@pytest.mark.slow
 def test_train_step_compiles_once_over_varied_data():
   """Different masks, lengths and labels every step: one compilation."""
   config = tiny_config()
@@ -131,6 +134,7 @@ def test_train_step_compiles_once_over_varied_data():
   assert compiles == []
 
 
+@pytest.mark.slow
 def test_benchmark_cli_json_with_pytorch_peer():
   """The documented command prints one JSON object with the ratios."""
   out = run_tool(
@@ -182,6 +186,7 @@ def test_seq_length_cells_keep_tokens_per_batch():
     bench_seq_lengths.seq_length_configs(config, [64], 1000, ["xla"], "cpu")
 
 
+@pytest.mark.slow
 def test_bench_seq_lengths_cli_json():
   """One row per (length, kind); the FLOP ratio is flops.py's."""
   from bert_jax.models import flops as flops_lib

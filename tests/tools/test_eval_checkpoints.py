@@ -58,6 +58,7 @@ def test_svg_plot_is_valid_and_has_one_point_per_step():
   assert ys[0] > ys[1] > ys[2] and xs[0] < xs[1] < xs[2]
 
 
+@pytest.mark.slow
 def test_sweep_fine_tunes_from_every_saved_step(tmp_path):
   base = tmp_path / "base"
   base.mkdir()

@@ -38,6 +38,7 @@ def _remote(cmd):
   return shlex.split(remote[len(prefix):])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("accelerator,queued", [("v5litepod-16", True),
                                                 ("v4-32", False)])
 def test_dry_run_prints_every_gcloud_command(accelerator, queued):
@@ -75,6 +76,7 @@ def test_dry_run_prints_every_gcloud_command(accelerator, queued):
   assert delete[:6] == ["gcloud", "compute", "tpus", kind, "delete", "bert"]
 
 
+@pytest.mark.slow
 def test_dry_run_runs_nothing_and_real_run_runs_what_it_printed(tmp_path):
   """A fake gcloud logs its argv: the real run's calls equal the dry run."""
   log = tmp_path / "calls"
@@ -95,6 +97,7 @@ def test_dry_run_runs_nothing_and_real_run_runs_what_it_printed(tmp_path):
   assert len(ran) == 5  # create, describe, preflight, train, delete.
 
 
+@pytest.mark.slow
 def test_launch_needs_a_command():
   proc = subprocess.run(["bash", LAUNCH, "bert", "zone", "--dry-run"],
                         capture_output=True, text=True, timeout=60)
@@ -115,6 +118,7 @@ def test_check_workdir():
     check("/tmp/run", 4)
 
 
+@pytest.mark.slow
 def test_preflight_refuses_local_workdir_on_two_processes(tmp_path):
   """Both processes stop with the sentence, before the all-reduce."""
   with socket.socket() as s:

@@ -15,7 +15,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests import helpers
+
+pytestmark = pytest.mark.slow
 
 
 def test_every_tool_imports_next_to_the_entry_points():

@@ -25,6 +25,8 @@ from tests.helpers import REPO
 from tests.helpers import TINY_OVERRIDES
 from tests.helpers import free_port
 
+pytestmark = pytest.mark.slow
+
 TOL = 1e-5
 STEPS = 3
 

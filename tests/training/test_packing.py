@@ -19,6 +19,8 @@ from tests.helpers import REPO
 from tests.helpers import TINY_OVERRIDES
 from tests.helpers import family_checks
 
+pytestmark = pytest.mark.slow
+
 SAVE_EVERY = 5
 NUM_STEPS = 14
 KILL_AT = 7  # Logged; the next checkpoint (10) is 3 steps away.

@@ -105,6 +105,7 @@ def _flat(tree):
                          for x in jax.tree.leaves(tree)])
 
 
+@pytest.mark.slow
 def test_logged_learning_rate_is_the_rate_the_update_applied():
   """The real train step through a two-phase per_phase schedule: the rate
   each AdamW update applied, recovered from how it moved the params
@@ -282,6 +283,7 @@ def runs(request, tmp_path_factory, env):
               codes=codes)
 
 
+@pytest.mark.slow
 def test_two_phase_run_switches_once_and_logs_it(runs):
   log = helpers.run_log(runs["reference"])
   assert log.count("Phase 2/2 from step 20: seq_length 64, "
@@ -298,6 +300,7 @@ def test_two_phase_run_switches_once_and_logs_it(runs):
     assert "data: the pipeline again with its own seed" in log
 
 
+@pytest.mark.slow
 def test_kill9_in_each_phase_and_at_the_switch_resumes_exactly(runs):
   ref = _losses(helpers.train_records(runs["reference"]))
   assert sorted(ref) == list(range(1, 31))

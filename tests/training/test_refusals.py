@@ -94,6 +94,7 @@ def test_refused_before_anything_is_written(tmp_path, name):
   assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.slow
 def test_refusal_on_the_command_line_is_one_line_and_exit_1(tmp_path):
   workdir = tmp_path / "run"
   result = helpers.run_main(

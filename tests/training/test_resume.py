@@ -23,6 +23,8 @@ from tests.helpers import REPO
 from tests.helpers import TINY_OVERRIDES
 from tests.helpers import child_env
 
+pytestmark = pytest.mark.slow
+
 NUM_STEPS = 100
 SAVE_EVERY = 10
 KILL_AT = 25  # SIGKILL once this step is logged (the run is a little further).

@@ -14,6 +14,8 @@ import pytest
 
 from tests.helpers import run_main
 
+pytestmark = pytest.mark.slow
+
 
 def _train_rows(workdir):
   return [r for r in map(json.loads, open(workdir / "metrics.jsonl"))

@@ -113,6 +113,7 @@ def two_runs(tmp_path_factory):
   return out
 
 
+@pytest.mark.slow
 def test_second_run_is_refused_with_one_line_and_first_is_untouched(two_runs):
   r = two_runs
   assert r["b_rc"] == 1
@@ -128,6 +129,7 @@ def test_second_run_is_refused_with_one_line_and_first_is_untouched(two_runs):
   assert "Took workdir" in r["a_log"] and r["a_log"].count("Took workdir") == 1
 
 
+@pytest.mark.slow
 def test_ctrl_c_commits_a_checkpoint_of_that_step_and_exits_0(two_runs):
   r = two_runs
   assert r["a_rc"] == 0, r["a_log"][-3000:]
@@ -138,6 +140,7 @@ def test_ctrl_c_commits_a_checkpoint_of_that_step_and_exits_0(two_runs):
   assert saved in r["a_steps"] and max(r["a_steps"]) == saved
 
 
+@pytest.mark.slow
 def test_kill9_leaves_no_lock_next_run_takes_over_and_resumes(two_runs):
   r = two_runs
   assert r["d_rc"] == 0, r["d_log"][-3000:]
@@ -158,6 +161,7 @@ def _file_size_limit():
                      (512 * 1024, resource.RLIM_INFINITY))
 
 
+@pytest.mark.slow
 def test_failed_async_save_stops_at_next_step_with_one_line(tmp_path):
   workdir = tmp_path / "run"
   first = run_main(workdir, *FLAGS, f"--config.train.num_steps={SAVE_EVERY}")
@@ -213,6 +217,7 @@ def _main(*args):
                         text=True, timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["missing_config", "misspelled_override",
                                   "misspelled_group", "workdir_is_a_file"])
 def test_bad_input_is_one_sentence_and_writes_nothing(tmp_path, case):
@@ -248,6 +253,7 @@ def test_bad_input_is_one_sentence_and_writes_nothing(tmp_path, case):
   assert verbose.returncode != 0 and "Traceback" in verbose.stderr
 
 
+@pytest.mark.slow
 def test_resume_is_quiet_and_a_truncated_checkpoint_is_one_warning(two_runs):
   r = two_runs
   # A resume does not warn that <step>/state/_CHECKPOINT_METADATA (a file
@@ -331,6 +337,7 @@ cli.run(main.main)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("verbose", [False, True])
 def test_reports_after_the_error_line_go_to_the_details_file(tmp_path,
                                                              verbose):
@@ -393,6 +400,7 @@ cli.run(main.main)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("presses", [2, 3])
 def test_ctrl_c_again_stops_at_once_with_one_line_and_keeps_checkpoints(
     tmp_path, presses):

@@ -161,6 +161,7 @@ def _max_abs_diff(a: dict, b: dict) -> tuple[float, str]:
   return float(np.max(np.abs(a[worst] - b[worst]))), worst
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["dp8", "fsdp8", "dp4_tp2", "dp2_fsdp2_tp2"])
 def test_mesh_matches_single_device(runs, name):
   ref_loss, loss = runs["single/loss"], runs[f"{name}/loss"]
@@ -177,6 +178,7 @@ def test_mesh_matches_single_device(runs, name):
                        f"differs by {diff:.2e}")
 
 
+@pytest.mark.slow
 def test_no_mesh_makes_xla_replicate_a_sharded_tensor(runs):
   """XLA warns when a layout change can only be done by replicating the
   whole tensor (it did for the embedding lookups on data x fsdp x tensor)."""
@@ -184,6 +186,7 @@ def test_no_mesh_makes_xla_replicate_a_sharded_tensor(runs):
       runs["stderr"][-3000:])
 
 
+@pytest.mark.slow
 def test_training_moves_the_parameters(runs):
   """Guards the equivalence test against comparing untrained copies."""
   start = _prefixed(runs, "single", "grads/")
@@ -191,6 +194,7 @@ def test_training_moves_the_parameters(runs):
   assert len(set(np.round(runs["single/loss"], 4))) == STEPS
 
 
+@pytest.mark.slow
 def test_fsdp_shards_params_and_optimizer_state(runs):
   # Replicated (DP): every device holds everything.
   assert runs["dp8/param_fraction"] == pytest.approx(1.0)
@@ -204,6 +208,7 @@ def test_fsdp_shards_params_and_optimizer_state(runs):
   assert specs["['bert']['embeddings']['word_embeddings']"][1] == "fsdp"
 
 
+@pytest.mark.slow
 def test_tensor_parallel_shards_heads_mlp_and_vocab(runs):
   specs = json.loads(str(runs["dp4_tp2/specs"]))
   layer = "['bert']['layers'][0]"
@@ -219,6 +224,7 @@ def test_tensor_parallel_shards_heads_mlp_and_vocab(runs):
   assert 0.45 < runs["dp4_tp2/param_fraction"] < 0.6
 
 
+@pytest.mark.slow
 def test_grad_accumulation_matches_one_large_batch(runs):
   np.testing.assert_allclose(runs["fsdp8_accum2/loss"], runs["fsdp8/loss"],
                              rtol=0, atol=TOL)

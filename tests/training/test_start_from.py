@@ -45,6 +45,7 @@ def source(tmp_path_factory):
   return _bert_workdir(tmp_path_factory.mktemp("src") / "w")
 
 
+@pytest.mark.slow
 def test_init_from_trains_with_the_source_tokenizer(source, tmp_path, caplog):
   """End to end: a 2-step run from W asks for a 300-piece tokenizer of its
   own; it records W's vocab.txt and trains none."""

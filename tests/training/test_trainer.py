@@ -21,6 +21,7 @@ def read_metrics(workdir, split="train"):
   return [r for r in rows if r["split"] == split]
 
 
+@pytest.mark.slow
 def test_loss_falls_and_metrics_are_logged(tmp_path):
   config = tiny_config()
   config.train.num_steps = 40
@@ -42,6 +43,7 @@ def test_loss_falls_and_metrics_are_logged(tmp_path):
   assert os.listdir(os.path.join(tmp_path, "tensorboard", "train"))
 
 
+@pytest.mark.slow
 def test_rerun_resumes_from_latest_checkpoint(tmp_path):
   common = ("--config.train.log_every=1", "--config.train.eval_every=100",
             "--config.checkpoint.save_every_steps=3")
@@ -55,6 +57,7 @@ def test_rerun_resumes_from_latest_checkpoint(tmp_path):
   assert "9" in os.listdir(os.path.join(tmp_path, "checkpoints"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flag,message", [
     ("--config.model.num_attention_heads=3",
      "model.hidden_size=64 is not divisible by model.num_attention_heads=3"),
@@ -82,6 +85,7 @@ def test_batch_not_divisible_by_data_parallel_size_names_both():
     config_checks.validate(config, num_devices=8)
 
 
+@pytest.mark.slow
 def test_loop_reads_device_only_at_log_steps_and_compiles_once(
     tmp_path, monkeypatch):
   """Between log/eval/save steps the loop only enqueues work: no device->host
