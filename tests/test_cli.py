@@ -151,4 +151,4 @@ def test_distributed_start_follows_the_flag_and_the_launcher(
   for name, value in env.items():
     monkeypatch.setenv(name, value)
   command_line(f"--distributed={flag}")
-  assert cli._wants_distributed() is expected
+  assert cli.wants_distributed() is expected

@@ -96,8 +96,14 @@ def _hf_class(kind: str):
           "span": transformers.AutoModelForQuestionAnswering}[kind]
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("family", FAMILIES)
+# Two pairs in the fast tier (a pooler family's sentence head, ModernBERT's
+# layout on a per-token output); every pair in the full suite.
+FAST_PAIRS = (("bert", "sentence"), ("modernbert", "span"))
+
+
+@pytest.mark.parametrize("family,kind", [
+    pytest.param(f, k, marks=() if (f, k) in FAST_PAIRS else pytest.mark.slow)
+    for f in FAMILIES for k in KINDS])
 def test_every_family_carries_every_kind(tmp_path, family, kind):
   config = _config(family, kind)
   objective = compose.objective(config)
@@ -175,9 +181,10 @@ def test_a_family_declares_its_head_layout_once():
                                              "classifier.out_proj"]
 
 
-@pytest.mark.parametrize("family,pooling", [("modernbert", "cls"),
-                                            ("modernbert", "mean"),
-                                            ("electra", "cls")])
+@pytest.mark.parametrize("family,pooling", [
+    ("modernbert", "mean"), pytest.param("modernbert", "cls",
+                                         marks=pytest.mark.slow),
+    pytest.param("electra", "cls", marks=pytest.mark.slow)])
 def test_a_packed_row_gives_each_examples_own_sentence_logits(family,
                                                               pooling):
   """The sentence head on packed rows (data.packing): each packed example's
@@ -276,6 +283,7 @@ print(sorted(families.names()), sorted(tasks.names()),
 """
 
 
+@pytest.mark.slow
 def test_registries_do_not_depend_on_what_was_imported_first():
   outputs = set()
   for first in ([], ["bert_jax.tasks.span"], ["bert_jax.families.modernbert"],

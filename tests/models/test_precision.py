@@ -59,7 +59,7 @@ def make_model(config):
 
 def _impls():
   impls = ["xla"]
-  if "dot_product_attention" in getattr(model_lib, "ATTENTION_IMPLS", ()):
+  if "dot_product_attention" in getattr(bert, "ATTENTION_IMPLS", ()):
     impls.append("dot_product_attention")
   return impls
 

@@ -263,6 +263,7 @@ def test_modernbert_sparse_peer_computes_logits_at_the_masked_positions_only(
                                 batches[1]["input_ids"])
 
 
+@pytest.mark.slow
 def test_bench_variants_cli_json():
   """Each variant alternates with the base; gather=False is the full-logits
   ablation of the same loss."""
