@@ -36,6 +36,8 @@ def command_line(monkeypatch, tmp_path):
   stderr = os.dup(2)
   sigint = signal.getsignal(signal.SIGINT)
 
+  cli.define_job_flags()  # As every job does when it runs.
+
   def parse(*flags, workdir=str(tmp_path / "run")):
     argv = ["main", "--config", TINY, "--workdir", workdir, *flags]
     monkeypatch.setattr(sys, "argv", argv)
