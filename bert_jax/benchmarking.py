@@ -23,6 +23,9 @@ from typing import Any, Protocol, Sequence
 import jax
 import numpy as np
 
+from bert_jax import pretrained
+from bert_jax.data import tokenizers
+from bert_jax.downstream import finetuning
 from bert_jax.training import compiled
 from bert_jax.training import config_checks
 from bert_jax.training import sharding
@@ -137,12 +140,15 @@ def max_rss_mb() -> float:
 # ==============================================================================
 class Ours(Side):
   """bert_jax's train step (`steps.Programs`, the trainer's), compiled ahead
-  of time for the config's shapes, on `num_batches` synthetic batches.
+  of time for the config's shapes, on `num_batches` synthetic batches, or
+  on `host_batches` (this host's share of the objective's features, one
+  shape: e.g. a fine-tuning task's own, :func:`task_batches`).
   `objective`: another objective than the config's (an ablation)."""
 
   def __init__(self, config, num_batches: int = 4, objective=None,
-               name: str = "ours"):
-    super().__init__(num_batches)
+               name: str = "ours", host_batches=None):
+    super().__init__(num_batches if host_batches is None else
+                     len(host_batches))
     self.name, self.config = name, config
     # The trainer's startup checks: one sentence, not a broadcasting error.
     config_checks.validate(config, jax.device_count(), jax.process_count(),
@@ -150,19 +156,48 @@ class Ours(Side):
     self.mesh = sharding.make_mesh(config.mesh)
     self.programs = p = steps_lib.Programs(config, self.mesh, objective)
     b, d = config.train.batch_size, config.data
+    if host_batches is None:
+      host_batches = synthetic_batches(
+          num_batches, b // jax.process_count(), d.seq_length,
+          d.max_predictions_per_seq, config.model.vocab_size)
+    names = p.objective.feature_spec(config)
+    self.host_batches = [{k: x[k] for k in names} for x in host_batches]
+    self.device_batches = [sharding.global_batch(x, p.batch_sharding)
+                           for x in self.host_batches]
+    spec = {k: jax.ShapeDtypeStruct(v.shape, v.dtype,
+                                    sharding=p.batch_sharding)
+            for k, v in self.device_batches[0].items()}
     with p.context():
       self.compiled = compiled.compile_ahead(p.train_step, p.abstract_state,
-                                             p.batch_spec(b))
+                                             spec)
       self.state = p.init()
     self.compile_seconds = self.compiled.seconds
     memory = self.compiled.memory
     self.memory_mb = None if memory is None else memory.peak / 2**20
-    self.host_batches = synthetic_batches(
-        num_batches, b // jax.process_count(), d.seq_length,
-        d.max_predictions_per_seq, config.model.vocab_size)
-    self.device_batches = [sharding.global_batch(x, p.batch_sharding)
-                           for x in self.host_batches]
 
   def step(self, k: int):
     self.state, metrics = self.compiled(self.state, self.device_batches[k])
     metrics["loss"].block_until_ready()
+
+
+# ==============================================================================
+# A fine-tuning task's own batches.
+# ==============================================================================
+def task_batches(config, num: int):
+  """(the run's config, `num` training batches of one shape) of the
+  fine-tuning task `config` names (task.*, train.init_from: its
+  tokenizer and architecture; data.packing: packed rows), as the
+  fine-tuning run builds them (the task kind's input). Bucketed batches
+  keep the most common bucket's."""
+  source = pretrained.resolve(config.train.init_from,
+                              config.train.init_from_step or None)
+  spec_t = pretrained.tokenizer_spec(source)
+  kind = finetuning.task_kind(config)
+  task, train, _ = finetuning.read_task(config, "")  # Writes nothing.
+  tok = tokenizers.load(spec_t.path, spec_t.kind, spec_t.lower_case)
+  inputs = kind.make_input(config, tok, task, train, {})
+  config = finetuning.resolve_config(config, source, task, inputs.num_train)
+  batches = [next(inputs.train_iter) for _ in range(4 * num)]
+  shapes = [b["input_ids"].shape for b in batches]
+  common = max(set(shapes), key=shapes.count)
+  return config, [b for b in batches if b["input_ids"].shape == common][:num]

@@ -8,10 +8,13 @@
 does: 0 is the embeddings output, 1..L the blocks, -1 the last block.
 "cls" takes the layer's vector at [CLS] (not the NSP pooler: that one is
 untrained in runs without NSP); "mean" averages the real tokens only.
-Sentences are sorted by length (within chunks of a few thousand lines) and
-padded to a few static lengths (32, 64, 128, ... up to the model's
-max_position_embeddings), so XLA compiles once per length in use, never per
-batch. The outputs are streamed: memory does not grow with the input.
+Sentences are packed several a row of --seq_length tokens (within chunks of
+a few thousand lines), each attending only to itself with its own positions
+(the vectors it gets alone, no padding computed), --batch_size rows a batch;
+--nopacking sorts them by length and pads them to a few static lengths (32,
+64, 128, ... up to the model's max_position_embeddings). Either way XLA
+compiles once per length in use, never per batch. The outputs are streamed:
+memory does not grow with the input.
 """
 
 import os
@@ -21,6 +24,7 @@ from absl import flags
 
 from bert_jax import cli
 from bert_jax.downstream import embeddings
+from bert_jax.downstream import packed_texts
 from bert_jax.hf import mapping
 
 
@@ -41,7 +45,18 @@ def define_flags(flag_values, argv=None) -> None:
   flags.mark_flag_as_required("input", flag_values=flag_values)
   flags.DEFINE_string("per_token", None, "Also write per-token vectors and "
                       "tokens (.npz).", **define)
-  flags.DEFINE_integer("batch_size", 32, "Sentences per batch.", **define)
+  flags.DEFINE_integer("batch_size", 32, "Sentences per batch (with "
+                       "--packing: packed rows per batch).", **define)
+  flags.DEFINE_bool("packing", True, "Several sentences a row of "
+                    "--seq_length tokens, each attending only to itself (the "
+                    "same vectors, no padding computed); --nopacking: "
+                    "length buckets.", **define)
+  flags.DEFINE_integer("seq_length", packed_texts.DEFAULT_SEQ_LENGTH,
+                       "With --packing: tokens a row (a longer sentence "
+                       "gets longer rows).", **define)
+  flags.DEFINE_integer("max_sequences", packed_texts.DEFAULT_MAX_SEQUENCES,
+                       "With --packing: sentences a row holds at most.",
+                       **define)
   flags.DEFINE_integer("max_length", None, "Truncate longer texts (default: "
                        "the model's max_position_embeddings).", **define)
 
@@ -59,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     rows, hidden, tokens = embeddings.write_embeddings(
         model, loaded.tokenizer, args.input, args.output, args.per_token,
         pooling=args.pooling, layer=args.layer, batch_size=args.batch_size,
-        max_length=max_length)
+        max_length=max_length, packing=args.packing,
+        seq_length=args.seq_length, max_sequences=args.max_sequences)
   except (OSError, ValueError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 1

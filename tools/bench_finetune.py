@@ -22,15 +22,19 @@ with gradient clipping and dropout 0.1 on both sides, in one process:
   bert_jax, buckets: the fine-tuning train step (`steps_lib.Programs`,
     `classify` objective) on the batches `task_data` makes: examples grouped
     by length into `task.buckets` static lengths, compiled once per bucket.
-  bert_jax, packed (`--packed`, default on; sentence tasks): the same step with
-    `data.packing=True`: several examples a row of `data.seq_length`,
-    attention inside each (bert_jax/data/packing.py), one compile;
-    `--packed_batch_size` rows a step (0: as many as hold `batch_size`
-    examples on average, so that both bert_jax sides take the same number of
-    examples a step).
+  bert_jax, packed (`--packed`, default on; sentence and token tasks): the
+    same step with `data.packing=True`: several examples (windows) a row of
+    `data.seq_length`, attention inside each (bert_jax/data/packing.py,
+    feature_packing.py), one compile; `--packed_batch_size` rows a step (0:
+    as many as hold `batch_size` examples on average, so that both bert_jax
+    sides take the same number of examples a step).
   HF: `BertForSequenceClassification` (transformers, its default attention)
     on shuffled batches of the same rows padded to the batch's longest
     example, as `DataCollatorWithPadding` does (no fixed-length strawman).
+
+With `--predict`, the evaluator's predict step over the validation split
+(outputs read back to the host) on length buckets and on packed rows joins
+the rounds: examples/s of prediction.
 
 Both sides' batches are built before timing (input pipelines excluded). After
 warm-up (every bucket compiled, `--warmup` steps each) the two alternate,
@@ -74,6 +78,9 @@ def define_flags(flag_values, argv=None) -> None:
   flags.DEFINE_integer("packed_batch_size", 0, "Packed rows a step; 0: the "
                        "rows that hold train.batch_size examples on average.",
                        **define)
+  flags.DEFINE_bool("predict", False, "Also time the evaluator's predict "
+                    "step over the validation split, buckets vs packed "
+                    "(examples/s).", **define)
 
 
 FLAGS = flags.FLAGS
@@ -316,11 +323,83 @@ class HuggingFace(Side):
 
 
 # ==============================================================================
+# Prediction: the evaluator's predict step over the validation split.
+# ==============================================================================
+class Predict(benchmarking.Side):
+  """The predict step (`steps.predict_step`: outputs of every row, read
+  back to the host, as the evaluator does) over a split's eval batches."""
+
+  def __init__(self, config, batches, name: str):
+    import jax
+
+    from bert_jax import compose
+    from bert_jax.data import feature_batches
+    from bert_jax.training import sharding
+    from bert_jax.training import steps as steps_lib
+    super().__init__(len(batches))
+    self.jax, self.name = jax, name
+    objective = compose.objective(config)
+    self.programs = p = steps_lib.Programs(
+        config, sharding.make_mesh(config.mesh), objective)
+    names = objective.feature_spec(config)
+    with p.context():
+      self.params = p.init()["params"]
+    self.device_batches = [
+        sharding.global_batch({k: b[k] for k in names}, p.batch_sharding)
+        for b in batches]
+    self.counts = [int(np.sum(b[feature_batches.INDEX] >= 0))
+                   for b in batches]
+    self.shapes = sorted({tuple(b["input_ids"].shape) for b in batches})
+    t = time.perf_counter()
+    self.run(len(batches), record=False)  # Every shape compiled once.
+    self.compile_seconds = time.perf_counter() - t
+
+  def step(self, k: int):
+    with self.programs.context():
+      out = self.programs.predict_step(self.params, self.device_batches[k],
+                                       self.programs.eval_rng(k), None)
+    self.jax.device_get(out)
+
+  def summary(self) -> dict:
+    secs = float(np.sum(self.times))
+    n = sum(self.counts[k] for k in self.batches)
+    return dict(side=self.name, steps=len(self.times), seconds=secs,
+                examples_per_s=n / secs,
+                shapes=[list(s) for s in self.shapes])
+
+
+def predict_sides(kind, config, tok, spec, train_rows, eval_rows,
+                  packed: bool, packed_batch_size: int):
+  """Predict sides on the validation split: length buckets, and packed
+  rows (`packed_batch_size` rows a batch) when the kind packs."""
+  configs = [(config, "bert_jax predict, buckets")]
+  if packed and kind.packing:
+    c = config.copy_and_resolve_references()
+    c.data.packing = True
+    c.train.batch_size = packed_batch_size
+    configs.append((c, f"bert_jax predict, packed {packed_batch_size} x "
+                    f"{c.data.seq_length}"))
+  sides = []
+  for c, name in configs:
+    inputs = kind.make_input(c, tok, spec, train_rows, eval_rows)
+    sides.append(Predict(c, inputs.eval_batches, name))
+  return sides
+
+
+# ==============================================================================
 # Benchmark.
 # ==============================================================================
+def packed_feature_batch_size(features, config) -> int:
+  """Packed rows that hold train.batch_size windows on average."""
+  from bert_jax.data import feature_packing
+  rows = feature_packing.rows_per_epoch(
+      features, feature_packing.Shape.from_config(config.data))
+  return max(1, round(config.train.batch_size * rows / len(features)))
+
+
 def benchmark(config, rounds: int, steps: int, warmup: int,
               torch_threads: int = 0, packed: bool = True,
-              packed_batch_size: int = 0) -> dict:
+              packed_batch_size: int = 0, predict: bool = False) -> dict:
   import jax
   if torch_threads:
     import torch
@@ -332,52 +411,66 @@ def benchmark(config, rounds: int, steps: int, warmup: int,
                               config.train.init_from_step or None)
   spec_t = pretrained.tokenizer_spec(source)
   kind = finetuning.task_kind(config)
-  spec, train_rows, _ = finetuning.read_task(config, "")  # Writes nothing.
+  spec, train_rows, eval_rows = finetuning.read_task(config, "")  # No file.
   tok = tokenizers.load(spec_t.path, spec_t.kind, spec_t.lower_case)
   pad_id = 0 if tok.pad_id is None else int(tok.pad_id)
   b = config.train.batch_size
-  if kind.KIND == "sentence":
+  config = config.copy_and_resolve_references()
+  config.data.packing = False  # The buckets' side; packed sides turn it on.
+  if kind.name == "sentence":
     num_train = len(train_rows)
-  else:  # Windowed features, the same for both sides.
-    inputs = kind.Input(config, tok, spec, train_rows, {})
+  else:  # Windowed features, the same for every side.
+    inputs = kind.make_input(config, tok, spec, train_rows, {})
     num_train = inputs.num_train
   config = finetuning.resolve_config(config, source, spec, num_train)
   epoch = task_data.steps_per_epoch(num_train, b)
   if steps <= 0:
     steps = max(1, epoch // rounds)
   need = max(epoch, steps)
-  if kind.KIND == "sentence":
+  pc = None
+  if kind.name == "sentence":
     encoded = tokenized_rows(train_rows, tok, config.data.seq_length)
     hf_batches = dynamic_batches(encoded, b, pad_id, config.train.seed)
     sides = [Ours(config, trainer_batches(train_rows, tok, config, need))]
-    if packed:  # Packed rows are a sentence-task layout (finetuning).
+    if packed:
       pc = packed_config(config, train_rows, tok, packed_batch_size)
       sides.append(Ours(pc, trainer_batches(train_rows, tok, pc, need)))
   else:
+    features = inputs.train_iter.features
     hf_batches = dynamic_feature_batches(
-        feature_rows(inputs.train_iter.features, kind.KIND), b, pad_id,
-        config.train.seed)
+        feature_rows(features, kind.name), b, pad_id, config.train.seed)
     sides = [Ours(config, [next(inputs.train_iter) for _ in range(need)])]
+    if packed and kind.packing:
+      pc = config.copy_and_resolve_references()
+      pc.data.packing = True
+      pc.train.batch_size = (packed_batch_size or
+                             packed_feature_batch_size(features, pc))
+      it = kind.make_input(pc, tok, spec, train_rows, {}).train_iter
+      sides.append(Ours(pc, [next(it) for _ in range(need)]))
   ours = sides[0]
   hf = HuggingFace(config, spec.num_labels, hf_batches)
   sides.append(hf)
+  if predict:
+    sides += predict_sides(kind, config, tok, spec, train_rows, eval_rows,
+                           pc is not None, pc.train.batch_size if pc else 0)
   benchmarking.alternate(sides, warmup=warmup, rounds=rounds, steps=steps)
   rows = [side.summary() for side in sides]
+  train = [r for r, s in zip(rows, sides) if not isinstance(s, Predict)]
   m = config.model
   return dict(
-      task=spec.name, train_rows=num_train, batch_size=b,
+      task=spec.name, kind=kind.name, train_rows=num_train, batch_size=b,
       seq_length=config.data.seq_length, buckets=list(config.task.buckets),
       model=f"{m.num_hidden_layers}x{m.hidden_size} ({m.num_attention_heads} "
       f"heads, vocab {m.vocab_size})", dtype=m.dtype,
       rounds=rounds, steps_per_round=steps, warmup=warmup,
       ours_compile_seconds=ours.compile_seconds,
-      over_hf={r["side"]: r["examples_per_s"] / rows[-1]["examples_per_s"]
-               for r in rows[:-1]},
+      over_hf={r["side"]: r["examples_per_s"] / train[-1]["examples_per_s"]
+               for r in train[:-1]},
       versions=f"jax {jax.__version__} ({jax.devices()[0].platform}); "
       f"{hf.versions}",
       cpu_count=os.cpu_count(), load_average=list(os.getloadavg()),
-      results=rows,
-      ours_over_hf=rows[0]["examples_per_s"] / rows[-1]["examples_per_s"])
+      results=train, predict=rows[len(train):],
+      ours_over_hf=rows[0]["examples_per_s"] / train[-1]["examples_per_s"])
 
 
 def format_report(r: dict) -> str:
@@ -399,6 +492,9 @@ def format_report(r: dict) -> str:
                  f"{s['step_ms_p50']:>8.1f}")
   for side, ratio in r["over_hf"].items():
     lines.append(f"{side} / HF examples/s: {ratio:.2f}x")
+  for s in r.get("predict", []):
+    lines.append(f"{s['side']:<48} {s['examples_per_s']:>10.1f} examples/s "
+                 f"(validation, {len(s['shapes'])} shapes)")
   lines.append(f"(bert_jax buckets compiled {len(r['results'][0]['shapes'])} "
                f"shapes in {r['ours_compile_seconds']:.1f} s, excluded)")
   return "\n".join(lines)
@@ -409,7 +505,7 @@ def main(argv):
   try:
     result = benchmark(FLAGS.config, FLAGS.rounds, FLAGS.steps, FLAGS.warmup,
                        FLAGS.torch_threads, FLAGS.packed,
-                       FLAGS.packed_batch_size)
+                       FLAGS.packed_batch_size, FLAGS.predict)
   except (ValueError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(1)

@@ -1,13 +1,17 @@
 r"""Generated token-tagging (NER) and extractive-QA tasks, written as files.
 
-  python tools/make_span_tag_tasks.py --kind token --output /tmp/gen_ner
+  python tools/make_span_tag_tasks.py --kind token --output /tmp/gen_ner \
+      [--lengths conll --n_train 14041 --n_dev 3250]
   # -> train.txt, dev.txt (CoNLL: word POS tag, IOB2, -DOCSTART- first)
   python tools/make_span_tag_tasks.py --kind span --output /tmp/gen_qa
   # -> train.json, dev.json (official SQuAD 2.0 format)
 
 * Tagging: entities of two types (PER, LOC: a first word, sometimes a second
-  word from another list; never adjacent) inside random filler text; up to
-  45 words a sentence. ``shuffle_tags`` permutes the tags over all words.
+  word from another list; never adjacent) inside random filler text; 4 to
+  45 words a sentence, or with ``--lengths conll`` short sentences of
+  CoNLL-2003's mean length (14.5 words a sentence in its English training
+  split): log-normal word counts of that mean, 2 to 60 words.
+  ``shuffle_tags`` permutes the tags over all words.
 * QA: the answer runs from a start word to an end word (0-1 filler word
   between) at a random place in 50-110 filler words; with ``unanswerable``
   a share of the questions has no answer (``is_impossible``), half of them a
@@ -26,6 +30,7 @@ tests use the same generators with a tiny hand-written vocabulary
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import sys
@@ -48,11 +53,29 @@ FILLER = ("the a it was is this that and but not very really quite i we you "
 QUESTION = "who is it ?"
 
 
-def tagged_sentence(r: random.Random, entities: dict, filler, min_words=4,
-                    max_words=45):
-  """(words, IOB2 tags); `entities` = {type: (first words, second words)}."""
+LENGTHS = ("uniform", "conll")
+# CoNLL-2003 English train: 203,621 words in 14,041 sentences.
+CONLL_MEAN_WORDS = 14.5
+_CONLL_SIGMA = 0.6  # Log-normal spread: median ~12 words, a tail to 60.
+
+
+def sentence_words(r: random.Random, lengths: str = "uniform") -> int:
+  """A sentence's word count: 4-45 uniformly, or ("conll") log-normal with
+  CoNLL-2003's mean, 2-60."""
+  if lengths == "uniform":
+    return r.randint(4, 45)
+  if lengths != "conll":
+    raise ValueError(f"lengths={lengths!r} must be one of {LENGTHS}.")
+  mu = math.log(CONLL_MEAN_WORDS) - _CONLL_SIGMA**2 / 2
+  return int(min(60, max(2, round(r.lognormvariate(mu, _CONLL_SIGMA)))))
+
+
+def tagged_sentence(r: random.Random, entities: dict, filler,
+                    lengths: str = "uniform"):
+  """(words, IOB2 tags); `entities` = {type: (first words, second words)};
+  `lengths`: see :func:`sentence_words`."""
   words, tags = [], []
-  n = r.randint(min_words, max_words)
+  n = sentence_words(r, lengths)
   while len(words) < n:
     if r.random() < 0.25 and (not tags or tags[-1] == "O"):
       kind = r.choice(sorted(entities))
@@ -71,14 +94,16 @@ def tagged_sentence(r: random.Random, entities: dict, filler, min_words=4,
 def write_tagging_task(directory: str, *, train_entities: dict,
                        dev_entities: dict, filler, n_train: int = 300,
                        n_dev: int = 100, shuffle_tags: bool = False,
-                       seed: int = 0) -> tuple[str, str]:
+                       seed: int = 0, lengths: str = "uniform"
+                       ) -> tuple[str, str]:
   """train.txt and dev.txt in `directory`; returns their paths."""
   os.makedirs(directory, exist_ok=True)
   paths = []
   for name, n, s, ents in (("train", n_train, seed, train_entities),
                            ("dev", n_dev, seed + 1, dev_entities)):
     r = random.Random(s)
-    sentences = [tagged_sentence(r, ents, filler) for _ in range(n)]
+    sentences = [tagged_sentence(r, ents, filler, lengths)
+                 for _ in range(n)]
     if shuffle_tags:
       flat = [t for _, ts in sentences for t in ts]
       r.shuffle(flat)
@@ -170,12 +195,25 @@ def define_flags(flag_values, argv=None) -> None:
   flags.DEFINE_bool("same_names", False, "dev uses the train names (no "
                     "transfer).", **define)
   flags.DEFINE_integer("seed", 0, "Seed of the generator.", **define)
+  flags.DEFINE_enum("lengths", "uniform", LENGTHS, "Tagging sentences of "
+                    "4-45 words, or of CoNLL-2003's mean length (14.5 "
+                    "words).", **define)
+  flags.DEFINE_integer("n_train", None, "Training sentences / questions "
+                       "(default 300 / 400).", **define)
+  flags.DEFINE_integer("n_dev", None, "Dev sentences / questions (default "
+                       "100).", **define)
 
 
 def main(argv=None) -> int:
   args, _ = cli.parse(argv, define_flags, __doc__)
+  if args.kind == "span" and args.lengths != "uniform":
+    print("error: --lengths applies to --kind token.", file=sys.stderr)
+    return 1
+  kw = dict(lengths=args.lengths) if args.kind == "token" else {}
+  kw.update({k: getattr(args, k) for k in ("n_train", "n_dev")
+             if getattr(args, k) is not None})
   paths = write_english(args.kind, args.output, transfer=not args.same_names,
-                        seed=args.seed)
+                        seed=args.seed, **kw)
   print("Wrote " + ", ".join(paths))
   return 0
 

@@ -25,6 +25,17 @@ names one:
   MLM loss                    softmax cross-entropy
   embeddings, layer norms, optimizer (optax: AdamW, clipping), metrics
 
+With --task, the step is the fine-tuning run's on its task's own batches
+(the task and checkpoint the config names, packed rows with
+--config.data.packing=True; train.batch_size counts rows then):
+
+  python tools/profile_step.py --config configs/finetune.py --task \
+      --config.task.name=stsb1 --config.task.text_field=text \
+      --config.task.train_file=train.csv \
+      --config.task.validation_file=dev.csv \
+      --config.train.init_from=MODEL --config.data.seq_length=64 \
+      --config.data.packing=True --config.train.batch_size=7
+
 and the pass is backward where the op is a transpose of the forward
 (op_name ``transpose(jvp(...))``). Per part and pass it prints the time per
 step, its share of the op time, the matmul FLOPs of its dot instructions
@@ -69,6 +80,10 @@ def define_flags(flag_values, argv=None) -> None:
   flags.DEFINE_string("trace_dir", "", "Keep the profiler trace here (for "
                       "TensorBoard / Perfetto); default: a temporary one.",
                       **define)
+  flags.DEFINE_bool("task", False, "Profile the fine-tuning step on the "
+                    "task's own training batches (config.task.*, "
+                    "config.train.init_from; data.packing: packed rows) "
+                    "instead of synthetic pretraining batches.", **define)
 
 
 # ==============================================================================
@@ -291,8 +306,11 @@ def breakdown(hlo: Hlo, times_us: dict[str, float], steps: int) -> dict:
 
 
 def profile(config, steps: int, warmup: int, trace_dir: str = "",
-            rounds: int = 1) -> dict:
-  ours = benchmarking.Ours(config)
+            rounds: int = 1, task: bool = False) -> dict:
+  batches = None
+  if task:  # The run's own config and batches (one shape).
+    config, batches = benchmarking.task_batches(config, max(steps, 4))
+  ours = benchmarking.Ours(config, host_batches=batches)
   benchmarking.alternate([ours], warmup=warmup, rounds=rounds, steps=steps)
   wall = benchmarking.stats(ours.times)
   hlo = Hlo(ours.compiled.executable.as_text())
@@ -308,8 +326,11 @@ def profile(config, steps: int, warmup: int, trace_dir: str = "",
       model=f"{config.objective.name} {m.num_hidden_layers}x{m.hidden_size} "
       f"(FFN {m.intermediate_size}, vocab {m.vocab_size}, {m.dtype}, "
       f"attention {m.get('attention_impl', 'xla')})",
-      batch=f"{config.train.batch_size} x {d.seq_length}, "
-      f"{d.max_predictions_per_seq} predictions per row",
+      batch=(f"{config.train.batch_size} x "
+             f"{ours.host_batches[0]['input_ids'].shape[-1]}" + (
+                 f" ({'packed' if d.get('packing') else 'padded'} task "
+                 "rows)" if task else
+                 f", {d.max_predictions_per_seq} predictions per row")),
       device=f"{jax.device_count()} {jax.devices()[0].device_kind}",
       step_ms_p50=1e3 * wall["p50"], step_ms_min=1e3 * wall["min"],
       xla_gflop_per_step=cost.flops / 1e9,
@@ -342,7 +363,7 @@ def format_report(r: dict, top: int) -> str:
 def main(argv):
   del argv
   r = profile(FLAGS.config, FLAGS.steps, FLAGS.warmup, FLAGS.trace_dir,
-              FLAGS.rounds)
+              FLAGS.rounds, FLAGS.task)
   print(format_report(r, FLAGS.top))
   if FLAGS.json:
     with open(FLAGS.json, "w") as f:

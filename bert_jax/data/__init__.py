@@ -23,6 +23,8 @@
   span_features.py  [CLS] q [SEP] context windows with character offsets
   feature_batches.py  windows, max context, bucketed batches of precomputed
                     features with a JSON resume state
+  feature_packing.py  precomputed features packed several a row (host-side
+                    best-fit decreasing), a resumable packed iterator
 
 May import: ``config_lib`` and ``models``. Never training, downstream or an
 entry point.

@@ -17,7 +17,9 @@ every batch comes from one bucket, so XLA compiles once per bucket.
   permutation (numpy's legacy ``RandomState``, whose stream numpy keeps
   fixed); the state (epoch, position, part-filled buckets) is a small JSON
   file saved with every checkpoint, so a resumed run continues the same
-  stream exactly. No TensorFlow constant holds the features.
+  stream exactly (:func:`save_state` / :func:`load_state`, shared with
+  ``feature_packing``'s packed rows). No TensorFlow constant holds the
+  features.
 * :func:`eval_batches`: every feature once, in order within its bucket; the
   last batch of a bucket is filled with rows of weight 0 and
   ``example_index`` -1 (``example_index`` is the feature's row).
@@ -127,16 +129,57 @@ def _pad_rows(batch: dict, size: int) -> dict:
   return out
 
 
-def _host_slice(batch: dict, process_index: int, process_count: int) -> dict:
+def host_slice(batch: dict, process_index: int, process_count: int) -> dict:
+  """This process's rows of a global batch."""
   per = len(batch["input_ids"]) // process_count
   return {k: v[process_index * per:(process_index + 1) * per]
           for k, v in batch.items()}
 
 
-def _check_split(batch_size: int, process_count: int) -> None:
+def check_split(batch_size: int, process_count: int) -> None:
   if batch_size % process_count:
     raise ValueError(f"batch_size={batch_size} is not divisible by the "
                      f"process count {process_count}.")
+
+
+def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
+  """The order an epoch visits `n` features: numpy's legacy RandomState
+  (whose stream numpy keeps fixed) seeded by (seed, epoch)."""
+  rs = np.random.RandomState([int(seed) & 0xFFFFFFFF, epoch, 0x7A5C])
+  return rs.permutation(n)
+
+
+def save_state(directory: str, process_index: int, state: dict) -> str:
+  """A training iterator's JSON state, in directory/process_<i>/."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  d = os.path.join(directory, f"process_{process_index}")
+  tf.io.gfile.makedirs(d)
+  path = os.path.join(d, STATE_FILE)
+  with tf.io.gfile.GFile(path, "w") as f:
+    json.dump(state, f)
+  return path
+
+
+def load_state(directory: str, process_index: int, mine: dict,
+               keys: Sequence[str]) -> dict:
+  """The state :func:`save_state` wrote, refused when one of `keys`
+  differs from this iterator's (`mine`): another task, seed or batch
+  shape (a state written without the key, by the other layout, shows as
+  None)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  path = os.path.join(directory, f"process_{process_index}", STATE_FILE)
+  if not tf.io.gfile.exists(path):
+    raise ValueError(f"No feature-iterator state at {path}.")
+  with tf.io.gfile.GFile(path) as f:
+    state = json.load(f)
+  for key in keys:
+    if state.get(key) != mine[key]:
+      raise ValueError(
+          f"The checkpoint's data position is for {key}={state.get(key)}, "
+          f"this run has {mine[key]}: resume with the same task data, "
+          "seed, batch_size, seq_length, buckets and data.packing, or use "
+          "a fresh workdir.")
+  return state
 
 
 class FeatureIterator:
@@ -153,7 +196,7 @@ class FeatureIterator:
                process_index: int = 0, process_count: int = 1):
     if not len(features):
       raise ValueError("The training split has no usable rows.")
-    _check_split(batch_size, process_count)
+    check_split(batch_size, process_count)
     self.features, self.batch_size, self.seed = features, batch_size, seed
     self.lengths = tuple(int(x) for x in lengths)
     self.pad_id, self.process_index = pad_id, process_index
@@ -168,8 +211,7 @@ class FeatureIterator:
     self._order = self._permutation(0)
 
   def _permutation(self, epoch: int) -> np.ndarray:
-    rs = np.random.RandomState([int(self.seed) & 0xFFFFFFFF, epoch, 0x7A5C])
-    return rs.permutation(len(self.features))
+    return epoch_permutation(self.seed, epoch, len(self.features))
 
   def __iter__(self):
     return self
@@ -188,7 +230,7 @@ class FeatureIterator:
         self._pending[b] = []
         self._batches += 1
         batch = self.features.rows(idx, self.lengths[b], self.pad_id)
-        return _host_slice(batch, self.process_index, self.process_count)
+        return host_slice(batch, self.process_index, self.process_count)
 
   @property
   def examples_consumed(self) -> int:
@@ -204,30 +246,11 @@ class FeatureIterator:
                 batch_size=self.batch_size, lengths=list(self.lengths))
 
   def save(self, directory: str) -> str:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    d = os.path.join(directory, f"process_{self.process_index}")
-    tf.io.gfile.makedirs(d)
-    path = os.path.join(d, STATE_FILE)
-    with tf.io.gfile.GFile(path, "w") as f:
-      json.dump(self._state(), f)
-    return path
+    return save_state(directory, self.process_index, self._state())
 
   def restore(self, directory: str) -> None:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    path = os.path.join(directory, f"process_{self.process_index}",
-                        STATE_FILE)
-    if not tf.io.gfile.exists(path):
-      raise ValueError(f"No feature-iterator state at {path}.")
-    with tf.io.gfile.GFile(path) as f:
-      state = json.load(f)
-    mine = self._state()
-    for key in ("num_features", "seed", "batch_size", "lengths"):
-      if state[key] != mine[key]:
-        raise ValueError(
-            f"The checkpoint's data position is for {key}={state[key]}, "
-            f"this run has {mine[key]}: resume with the same task data, "
-            "seed, batch_size, seq_length and buckets, or use a fresh "
-            "workdir.")
+    state = load_state(directory, self.process_index, self._state(),
+                       ("num_features", "seed", "batch_size", "lengths"))
     self._epoch, self._pos = int(state["epoch"]), int(state["position"])
     self._batches = int(state["batches"])
     self._pending = [list(map(int, p)) for p in state["pending"]]
@@ -239,7 +262,7 @@ def eval_batches(features: Features, *, batch_size: int,
                  process_index: int = 0, process_count: int = 1
                  ) -> list[dict]:
   """Every feature once, with ``example_index`` and ``example_weights``."""
-  _check_split(batch_size, process_count)
+  check_split(batch_size, process_count)
   bucket = _bucket_of(features, lengths)
   out = []
   for b, length in enumerate(lengths):
@@ -249,6 +272,6 @@ def eval_batches(features: Features, *, batch_size: int,
       batch = features.rows(idx, int(length), pad_id)
       batch["example_weights"] = np.ones([len(idx)], np.float32)
       batch[INDEX] = idx.astype(np.int32)
-      out.append(_host_slice(_pad_rows(batch, batch_size), process_index,
+      out.append(host_slice(_pad_rows(batch, batch_size), process_index,
                              process_count))
   return out

@@ -88,6 +88,10 @@ TOKEN_CLASSIFICATION = {
     "labels": (("T",), np.int32),
     "label_weights": (("T",), np.float32),
 }
+# Packed rows of token tagging: several sentences' windows a row, labels and
+# weights per token as above; `example_weights` [S] marks the occupied slots.
+PACKED_TOKEN_CLASSIFICATION = dict(
+    TOKEN_CLASSIFICATION, **PACKING, example_weights=(("S",), np.float32))
 # Extractive QA: the answer's first and last token (0 = [CLS]: no answer in
 # this window).
 SPAN_QA = {

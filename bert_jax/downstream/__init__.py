@@ -6,7 +6,9 @@
   workdir_task.py  the task a fine-tuning workdir was trained on, recorded
                    and compared on every rerun
   embeddings.py    contextual vectors per sentence or token
-  mask_filling.py  top-k predictions for [MASK] tokens
+  mask_filling.py  top-k predictions for [MASK] tokens (a file of texts on
+                   packed rows)
+  packed_texts.py  tokenized texts packed several a row for inference
   cloze.py         zero-shot classification through the MLM head
 
 The task kinds themselves (reading, heads, losses, metrics, predictions

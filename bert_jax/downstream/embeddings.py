@@ -13,7 +13,9 @@ head's encoder). `--layer` indexes hidden states as Hugging Face's
 untrained in runs without NSP); "mean" averages the real tokens only.
 Sentences are sorted by length and padded to a few static lengths (32, 64,
 128, ... up to the model's max_position_embeddings), so XLA compiles once per
-length in use, never per batch.
+length in use, never per batch; or, with ``packing=True`` (the CLI's
+default), packed several a row (``packed_texts``), each attending only to
+itself: the same vectors, no padding computed.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from tokenizers import Tokenizer
 
 from bert_jax import compose
 from bert_jax import pretrained
+from bert_jax.downstream import packed_texts
 from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
 from bert_jax.models import heads
@@ -185,11 +188,64 @@ class TokenVectors:
   vectors: np.ndarray  # [num_tokens, hidden]
 
 
+@functools.lru_cache(maxsize=16)
+def _packed_forward(graphdef, num_layers: int, per_token: bool):
+  """`_forward` on packed rows (``packed_texts``): [B, S] pooled vectors,
+  each sequence's own [CLS] or mean (``heads.pool_tokens``)."""
+
+  def fn(state, batch):
+    encoder = nnx.merge(graphdef, state).encoder
+    ids, mask = batch["input_ids"], batch["input_mask"]
+    seq, cls = batch["sequence_ids"], batch["cls_positions"]
+    h = encoder.hidden_states(ids, mask, batch["segment_ids"], num_layers,
+                              sequence_ids=seq,
+                              position_ids=batch["position_ids"])[num_layers]
+    h = h.astype(jnp.float32)
+    out = {p: heads.pool_tokens(h, mask, p, seq, cls) for p in POOLINGS}
+    if per_token:
+      out["tokens"] = h
+    return out
+
+  return jax.jit(fn)
+
+
+def packed_chunk(job: "_Embedder", sentences: Sequence[str]):
+  """`_Embedder.chunk` on packed rows: several sentences a row of
+  `job.seq_length` tokens (grown for a longer one), each attending only to
+  itself with its own positions, `job.batch_size` rows a batch; the same
+  vectors as one sentence a row."""
+  encodings = job.tok.encode_batch(list(sentences))
+  pooled = np.zeros((len(encodings), job.hidden), np.float32)
+  tokens: list = [None] * len(encodings)
+  names = ("input_ids", "input_mask", "segment_ids", "sequence_ids",
+           "position_ids", "cls_positions")
+  for b in packed_texts.batches(
+      [e.ids for e in encodings], [e.type_ids for e in encodings],
+      seq_length=job.seq_length, max_sequences=job.max_sequences,
+      batch_size=job.batch_size, max_positions=job.max_length):
+    out = job.packed_fn(job.state, {k: b[k] for k in names})
+    index = b[packed_texts.INDEX]
+    used = index >= 0
+    pooled[index[used]] = np.asarray(out[job.pooling])[used]
+    if job.per_token:
+      h = np.asarray(out["tokens"])
+      for r, s in zip(*np.nonzero(used)):
+        e = encodings[index[r, s]]
+        start = int(b["cls_positions"][r, s])
+        tokens[index[r, s]] = TokenVectors(
+            list(e.tokens), np.asarray(e.ids, np.int32),
+            h[r, start:start + len(e.ids)].copy())
+  return pooled, (tokens if job.per_token else None)
+
+
 class _Embedder:
   """The checks and the compiled forward pass of one embedding job."""
 
   def __init__(self, model, tokenizer, pooling: str, layer: int,
-               batch_size: int, max_length: int | None, per_token: bool):
+               batch_size: int, max_length: int | None, per_token: bool,
+               packing: bool = False,
+               seq_length: int = packed_texts.DEFAULT_SEQ_LENGTH,
+               max_sequences: int = packed_texts.DEFAULT_MAX_SEQUENCES):
     if pooling not in POOLINGS:
       raise ValueError(f"--pooling {pooling!r} must be one of {POOLINGS}.")
     if not isinstance(model, heads.EncoderModel):
@@ -210,12 +266,21 @@ class _Embedder:
     self.fn = _forward(graphdef, num_layers, per_token)
     self.pooling, self.batch_size, self.per_token = (pooling, batch_size,
                                                      per_token)
+    # Packed rows (packed_chunk): batch_size counts rows of seq_length.
+    self.packing, self.max_length = packing, max_length
+    if packing:
+      packed_texts.check(seq_length, max_sequences, batch_size)
+      self.packed_fn = _packed_forward(graphdef, num_layers, per_token)
+    self.seq_length, self.max_sequences = seq_length, max_sequences
 
   def chunk(self, sentences: Sequence[str]):
     """(pooled [n, hidden], TokenVectors per sentence or None), in order.
 
-    Sorted by length within the chunk, so a batch pads only to its bucket.
+    Packed rows (``packed_chunk``), or sorted by length within the chunk,
+    so that a batch pads only to its bucket.
     """
+    if self.packing:
+      return packed_chunk(self, sentences)
     encodings = self.tok.encode_batch(list(sentences))
     lengths = [len(e.ids) for e in encodings]
     pooled = np.zeros((len(encodings), self.hidden), np.float32)
@@ -245,7 +310,8 @@ CHUNK_SENTENCES = 4096
 
 def embed(model, tokenizer, sentences: Sequence[str], pooling: str = "cls",
           layer: int = -1, batch_size: int = 32,
-          max_length: int | None = None, per_token: bool = False):
+          max_length: int | None = None, per_token: bool = False,
+          **packing):
   """Sentence vectors [N, hidden] float32 (and per-token vectors), in memory.
 
   `model`: any family's encoder (``models.heads.EncoderModel``: the
@@ -255,9 +321,11 @@ def embed(model, tokenizer, sentences: Sequence[str], pooling: str = "cls",
   first tokens and the final [SEP]. With `per_token`, returns
   (vectors, list of TokenVectors), special tokens included. For inputs of
   any size, `write_embeddings` streams the same numbers to files.
+  `packing`: ``packing=True`` (several sentences a row, ``packed_chunk``;
+  `batch_size` then counts rows), ``seq_length``, ``max_sequences``.
   """
   job = _Embedder(model, tokenizer, pooling, layer, batch_size, max_length,
-                  per_token)
+                  per_token, **packing)
   sentences = list(sentences)
   if not sentences:
     raise ValueError("No sentences to embed.")
@@ -293,11 +361,12 @@ def _copy_member(zf: zipfile.ZipFile, name: str, dtype, shape, raw) -> None:
 def write_embeddings(model, tokenizer, input_path: str, output: str,
                      per_token_path: str | None = None, *,
                      pooling: str = "cls", layer: int = -1,
-                     batch_size: int = 32, max_length: int | None = None
-                     ) -> tuple[int, int, int]:
+                     batch_size: int = 32, max_length: int | None = None,
+                     **packing) -> tuple[int, int, int]:
   """`embed` of every line of `input_path`, streamed: `output` (.npy, [N,
   hidden] float32) and, with `per_token_path`, an .npz like
-  `save_per_token`'s. Returns (N, hidden, token vectors).
+  `save_per_token`'s. Returns (N, hidden, token vectors). `packing`: as
+  `embed`'s.
 
   Memory stays that of one chunk of CHUNK_SENTENCES sentences for any input
   size: a first pass counts lines (and tokens), so the files' headers are
@@ -307,7 +376,7 @@ def write_embeddings(model, tokenizer, input_path: str, output: str,
   renamed when complete: a failure leaves neither.
   """
   job = _Embedder(model, tokenizer, pooling, layer, batch_size, max_length,
-                  bool(per_token_path))
+                  bool(per_token_path), **packing)
   finals = [output] + ([per_token_path] if per_token_path else [])
   partial = [f"{path}.tmp{os.getpid()}" for path in finals]
   try:

@@ -87,9 +87,9 @@ def task_kind(config) -> tasks.Kind:
 
 
 def check_packing(config, kind: tasks.Kind) -> None:
-  """data.packing needs a kind whose head reads packed rows (one vector
-  per packed example); token and span windows are length-bucketed: one
-  line refuses them before anything is read or written."""
+  """data.packing needs a kind that reads packed rows (sentence and token
+  tasks); span windows are length-bucketed: one line refuses them before
+  anything is read or written."""
   if config.data.get("packing", False) and not kind.packing:
     kinds = tasks.all_kinds().values()
     packed = " and ".join(k.name for k in kinds if k.packing)

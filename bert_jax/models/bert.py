@@ -254,18 +254,21 @@ class BertModel(nnx.Module):
     return x, pool(self.pooler, x, self.pooler_act, cls_positions)
 
   def hidden_states(self, input_ids, input_mask, segment_ids,
-                    num_layers: int | None = None) -> list:
+                    num_layers: int | None = None, *, sequence_ids=None,
+                    position_ids=None) -> list:
     """Inference only: [embeddings output, layer 1, ..., layer n] ([B,T,d]).
 
     Indexed like Hugging Face's ``output_hidden_states`` (0 = embeddings).
     `num_layers` stops after that many blocks, so an intermediate layer
-    costs only the blocks below it.
+    costs only the blocks below it. Packed rows pass `sequence_ids` and
+    `position_ids`, as to the call.
     """
     n = len(self.layers) if num_layers is None else num_layers
-    x = self.embeddings(input_ids, segment_ids, deterministic=True, rngs=None)
+    x = self.embeddings(input_ids, segment_ids, deterministic=True, rngs=None,
+                        position_ids=position_ids)
     if self.embeddings_project is not None:
       x = self.embeddings_project(x)
-    mask = attention_lib.padding_mask(input_mask)
+    mask = attention_lib.make_mask(input_mask, sequence_ids)
     states = [x]
     for layer in list(self.layers)[:n]:
       x = layer(x, mask, deterministic=True, rngs=None)

@@ -77,10 +77,11 @@ class Generator(nnx.Module):
     self.mlm_head = bert.MaskedLMHead(config, rngs=rngs)
 
   def __call__(self, embedded, input_mask, word_embeddings, positions=None, *,
-               deterministic=True, rngs=None):
-    """MLM logits [B,P,V] at `positions` [B,P] (or [B,T,V] everywhere)."""
+               deterministic=True, rngs=None, sequence_ids=None):
+    """MLM logits [B,P,V] at `positions` [B,P] (or [B,T,V] everywhere);
+    packed rows pass their `sequence_ids`."""
     seq = self.encoder(embedded, input_mask, deterministic=deterministic,
-                       rngs=rngs)
+                       rngs=rngs, sequence_ids=sequence_ids)
     if positions is not None:
       seq = jnp.take_along_axis(seq, positions[..., None], axis=1)
     return self.mlm_head(seq, word_embeddings)
@@ -175,10 +176,12 @@ class ElectraGeneratorModel(nnx.Module):
     self.generator = Generator(config, rngs=rngs)
 
   def __call__(self, input_ids, input_mask, segment_ids, positions=None, *,
-               deterministic=True):
+               deterministic=True, sequence_ids=None, position_ids=None):
     """dict(mlm_logits=[B,P,V] or [B,T,V]), as BertForPreTraining's, so
-    that fill-mask runs either."""
+    that fill-mask runs either (packed rows too)."""
     del deterministic  # Inference only.
-    x = self.embeddings(input_ids, segment_ids, deterministic=True, rngs=None)
+    x = self.embeddings(input_ids, segment_ids, deterministic=True, rngs=None,
+                        position_ids=position_ids)
     return dict(mlm_logits=self.generator(
-        x, input_mask, self.embeddings.word_embeddings[...], positions))
+        x, input_mask, self.embeddings.word_embeddings[...], positions,
+        sequence_ids=sequence_ids))

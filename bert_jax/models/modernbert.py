@@ -167,14 +167,16 @@ class ModernBertModel(nnx.Module):
     return self.final_norm(x), None
 
   def hidden_states(self, input_ids, input_mask, segment_ids=None,
-                    num_layers: int | None = None) -> list:
+                    num_layers: int | None = None, *, sequence_ids=None,
+                    position_ids=None) -> list:
     """Inference only, indexed as HF's ``output_hidden_states``: 0 is the
     embeddings output, i the residual stream after block i, and the last
-    (all L blocks run) has the final norm applied, as HF's does."""
+    (all L blocks run) has the final norm applied, as HF's does. Packed
+    rows pass `sequence_ids` and `position_ids`, as to the call."""
     del segment_ids
     n = len(self.layers) if num_layers is None else num_layers
     x = self.embeddings(input_ids, deterministic=True, rngs=None)
-    context = _context(input_ids, input_mask, None, None)
+    context = _context(input_ids, input_mask, position_ids, sequence_ids)
     states = [x]
     for layer in list(self.layers)[:n]:
       x = layer(x, context, deterministic=True, rngs=None)

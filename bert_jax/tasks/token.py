@@ -16,10 +16,17 @@ every sub-token with ``task.label_all_subtokens``) and 0 elsewhere ([CLS],
 [SEP], padding, later sub-tokens, padding rows), so the loss is the mean
 over labelled words of the whole global batch, whatever the mesh or bucket
 length. Exported as the family's ``...ForTokenClassification``.
+
+Batches are length-bucketed windows, or with ``data.packing`` packed rows
+(``data/feature_packing``: several sentences' windows a row, attention
+inside each, positions restarting; ``train.batch_size`` counts rows). The
+windows are the same either way, so every word is still predicted once:
+evaluation reads each packed window's logits back as a row of its own.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 
 import jax
@@ -29,6 +36,7 @@ from flax import nnx
 
 from bert_jax import tasks
 from bert_jax.data import feature_batches
+from bert_jax.data import feature_packing
 from bert_jax.data import features
 from bert_jax.data import token_features
 from bert_jax.data import token_sources
@@ -84,18 +92,28 @@ class Input:
     proc = dict(process_index=jax.process_index(),
                 process_count=jax.process_count())
     pad_id = 0 if tok.pad_id is None else int(tok.pad_id)
+    batch_size = config.train.batch_size
     features, _ = token_features.build(train, tok, task.label_names, **kw)
-    self.num_train = len(features)
-    self.train_iter = feature_batches.FeatureIterator(
-        features, batch_size=config.train.batch_size, seed=config.train.seed,
-        lengths=lengths, pad_id=pad_id, **proc)
+    if is_packed(config):  # train.batch_size counts packed rows.
+      shape = feature_packing.Shape.from_config(config.data)
+      self.num_train = feature_packing.rows_per_epoch(features, shape)
+      self.train_iter = feature_packing.PackedFeatureIterator(
+          features, batch_size=batch_size, seed=config.train.seed,
+          shape=shape, pad_id=pad_id, **proc)
+      batches = functools.partial(feature_packing.eval_batches, shape=shape)
+    else:
+      self.num_train = len(features)
+      self.train_iter = feature_batches.FeatureIterator(
+          features, batch_size=batch_size, seed=config.train.seed,
+          lengths=lengths, pad_id=pad_id, **proc)
+      batches = functools.partial(feature_batches.eval_batches,
+                                  lengths=lengths)
     self.data, self.word_maps, self.eval_splits = dict(evals), {}, {}
     for split, sentences in evals.items():
       f, self.word_maps[split] = token_features.build(
           sentences, tok, task.label_names, **kw)
-      self.eval_splits[split] = feature_batches.eval_batches(
-          f, batch_size=config.train.batch_size, lengths=lengths,
-          pad_id=pad_id, **proc)
+      self.eval_splits[split] = batches(f, batch_size=batch_size,
+                                        pad_id=pad_id, **proc)
     self.eval_batches = [b for bs in self.eval_splits.values() for b in bs]
 
   def eval_extras(self) -> dict:
@@ -156,16 +174,37 @@ class Scorer:
 # ==============================================================================
 # The head's loss and metrics.
 # ==============================================================================
+def is_packed(config) -> bool:
+  return bool(config.data.get("packing", False))
+
+
 def feature_spec(config):
-  del config
-  return features.TOKEN_CLASSIFICATION
+  return (features.PACKED_TOKEN_CLASSIFICATION if is_packed(config) else
+          features.TOKEN_CLASSIFICATION)
 
 
 def logits(model, batch, rng, deterministic: bool):
-  """[B, T, num_labels] float32."""
+  """[B, T, num_labels] float32 (packed rows: each sequence's tokens see
+  only their own sequence, at their own positions)."""
   rngs = None if deterministic else nnx.Rngs(dropout=rng)
   return model(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
-               deterministic=deterministic, rngs=rngs)
+               deterministic=deterministic, rngs=rngs,
+               **features.packed_inputs(batch))
+
+
+def per_sequence(x, batch):
+  """Packed rows' per-token outputs [B, T, ...] -> [B, S, T, ...]: slot s
+  holds sequence s + 1's tokens from position 0 on (zeros after its end,
+  and in an empty slot), as if it had a row of its own."""
+  b, t = x.shape[:2]
+  s = batch["cls_positions"].shape[-1]
+  at = batch["cls_positions"][..., None] + jnp.arange(t)  # [B, S, T]
+  flat = jnp.minimum(at, t - 1).reshape(b, s * t)
+  owner = jnp.take_along_axis(batch["sequence_ids"], flat, axis=1)
+  own = (owner.reshape(b, s, t) == jnp.arange(1, s + 1)[:, None]) & (at < t)
+  got = jnp.take_along_axis(x, flat.reshape((b, s * t) + (1,) * (
+      x.ndim - 2)), axis=1).reshape((b, s, t) + x.shape[2:])
+  return jnp.where(own.reshape(own.shape + (1,) * (x.ndim - 2)), got, 0)
 
 
 def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
@@ -179,9 +218,11 @@ def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
 
 
 def predict(model, batch, config) -> dict:
-  """Per-position tag logits [B, T, num_labels], no dropout."""
-  del config
-  return dict(logits=logits(model, batch, None, True))
+  """Per-position tag logits [B, T, num_labels], no dropout; packed rows
+  [B, S, T, num_labels], one row of logits per packed sequence
+  (:func:`per_sequence`), so that they are scored like padded rows."""
+  out = logits(model, batch, None, True)
+  return dict(logits=per_sequence(out, batch) if is_packed(config) else out)
 
 
 def counts(batch, config) -> dict:
@@ -229,6 +270,6 @@ KIND = tasks.Kind(
     config_fields=token_classification_fields, feature_spec=feature_spec,
     loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
     predict=predict, log_keys=(("loss", "loss"), ("acc", "accuracy")),
-    validate=validate, packing=False, read=read, save=save,
+    validate=validate, packing=True, read=read, save=save,
     make_input=Input, make_scorer=Scorer, main_score=main_score,
     tfds_tasks=tuple(token_sources.TFDS_TASKS))

@@ -176,19 +176,28 @@ def train_step(state, batch, *, graphdef, tx, schedule, config, objective,
 
   loss = objective.loss(sums, counts, config)
   grad_norm = optax.tree.norm(grads)
-  updates, new_opt_state = tx.update(grads, state["opt_state"], params)
-  new_params = optax.apply_updates(params, updates)
 
   # A non-finite loss or gradient never reaches the weights: the update is
-  # dropped and counted; the loop applies the configured policy.
+  # dropped and counted; the loop applies the configured policy. A branch,
+  # not a select between the new and the old state: a select keeps the old
+  # optimizer moments alive beside the new ones, and XLA copies every moment
+  # (twice the parameters, read and written) each step to update them in
+  # place.
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-  keep = lambda new, old: jax.tree.map(
-      lambda a, b: jnp.where(finite, a, b), new, old)
+
+  def update(operand):
+    grads, opt_state, params = operand
+    updates, new_opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), new_opt_state
+
+  new_params, new_opt_state = jax.lax.cond(
+      finite, update, lambda operand: (operand[2], operand[1]),
+      (grads, state["opt_state"], params))
   new_state = dict(
       step=step + 1,
       rng=state["rng"],
-      params=keep(new_params, params),
-      opt_state=keep(new_opt_state, state["opt_state"]),
+      params=new_params,
+      opt_state=new_opt_state,
       nonfinite_steps=state["nonfinite_steps"] + (~finite).astype(jnp.int32),
       nonfinite_in_a_row=jnp.where(finite, 0, state["nonfinite_in_a_row"] + 1),
   )

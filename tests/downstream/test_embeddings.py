@@ -94,6 +94,31 @@ def test_bank_differs_by_context_though_its_input_row_is_the_same(minilm):
   np.testing.assert_allclose(again[1].vectors, river.vectors, atol=1e-5)
 
 
+@pytest.mark.parametrize("pooling,layer", [("mean", -1), ("cls", 3)])
+def test_packed_rows_give_each_sentence_its_own_vectors(minilm, reference,
+                                                        pooling, layer):
+  """Several sentences a row (rows of 32 tokens; the longest sentence gets
+  a row of 64 alone), each attending only to itself: the vectors of one
+  sentence a row, and of PyTorch's BertModel, per sentence and per token."""
+  kw = dict(pooling=pooling, layer=layer, per_token=True)
+  alone, alone_tokens = embeddings.embed(
+      minilm["model"], minilm["loaded"].tokenizer, SENTENCES * 3,
+      batch_size=2, **kw)
+  packed, packed_tokens = embeddings.embed(
+      minilm["model"], minilm["loaded"].tokenizer, SENTENCES * 3,
+      packing=True, seq_length=32, max_sequences=4, batch_size=2, **kw)
+  np.testing.assert_allclose(packed, alone, atol=1e-5, rtol=0)
+  for a, b in zip(alone_tokens, packed_tokens):
+    assert a.tokens == b.tokens
+    np.testing.assert_array_equal(a.ids, b.ids)
+    np.testing.assert_allclose(b.vectors, a.vectors, atol=1e-5, rtol=0)
+  h = reference["hidden"][layer]
+  m = reference["mask"][..., None].astype(np.float32)
+  want = h[:, 0] if pooling == "cls" else (h * m).sum(1) / m.sum(1)
+  np.testing.assert_allclose(packed[:len(SENTENCES)], want, atol=1e-5,
+                             rtol=0)
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
   t = tiny_models.make_hf_dir(str(tmp_path_factory.mktemp("embed")))

@@ -1,8 +1,11 @@
 """Fine-tuning on packed rows (data.packing): every validation example is
-predicted exactly once, with its own tokens and label, and training on packed
+predicted exactly once, with its own tokens and label; training on packed
 rows reaches the validation accuracy of length buckets on the keyword task
-(tests/helpers/tiny_models.py) over 3 seeds.
+(tests/helpers/tiny_models.py) over 3 seeds; packed evaluation writes the
+predictions of buckets.
 """
+
+import json
 
 import numpy as np
 import pytest
@@ -85,3 +88,36 @@ def test_packed_finetuning_matches_buckets_over_three_seeds(tiny_hf,
   # Within seed noise: the packed mean within the buckets' spread (+ 2%).
   assert abs(packed.mean() - buckets.mean()) <= max(
       2 * buckets.std(), 0.02), scores
+
+
+@pytest.mark.slow
+def test_packed_evaluation_writes_the_predictions_of_buckets(tiny_hf,
+                                                            tmp_path):
+  """The same params (learning rate 0: the checkpoint's encoder, the
+  seed's head) evaluated on packed rows and on length buckets: the same
+  records in predictions.jsonl (probabilities within float32 rounding)
+  and the same scores."""
+  train, dev = tiny_models.write_keyword_task(str(tmp_path), n_train=64,
+                                              n_dev=200)
+  records = {}
+  for packed in (False, True):
+    config = tiny_models.finetune_config(tiny_hf["out"], train, dev,
+                                         num_steps=2, learning_rate=0.0)
+    config.train.update(warmup_steps=0, batch_size=4 if packed else 16)
+    config.task.buckets = (16, 32)
+    config.data.update(packing=packed, packing_max_sequences=8,
+                       packing_window=128)
+    workdir = tmp_path / f"lr0_{packed}"
+    results = finetuning.run(config, str(workdir))
+    with open(workdir / "predictions" / "validation" /
+              "predictions.jsonl") as f:
+      records[packed] = (results["scores"], [json.loads(l) for l in f])
+  (scores, buckets), (packed_scores, packed) = records[False], records[True]
+  assert len(packed) == len(buckets) == 200
+  for a, b in zip(packed, buckets):
+    pa, pb = a.pop("probabilities"), b.pop("probabilities")
+    assert a == b
+    assert pa.keys() == pb.keys()
+    np.testing.assert_allclose(list(pa.values()), list(pb.values()),
+                               atol=1e-6)
+  assert packed_scores == scores

@@ -239,3 +239,102 @@ def test_fine_tuned_workdir_is_one_line(tmp_path, capsys):
       "(its models: BertForSequenceClassification): nothing to fill masks "
       "with. Fill masks with the model it was fine-tuned from: "
       "/runs/pretrained.")
+
+
+# --- Files of texts: packed rows --------------------------------------------
+def _lines(runner, n: int = 40) -> list[str]:
+  """Texts of many lengths with one or more masks: short ones that share
+  rows, ones longer than a 32-token row (its rows grow) and past the
+  model's 64 positions (windowed around the masks)."""
+  corpus = _corpus()
+  r = np.random.RandomState(0)
+  mask = runner.tokenizer.mask_token
+  out = list(TEXTS)
+  for i in range(n):
+    words = " ".join(corpus[(7 * i + j) % len(corpus)] for j in range(
+        1 + i % 4)).split()[:int(r.choice([4, 8, 20, 60, 120]))] or ["x"]
+    for _ in range(1 + (i % 7 == 0) * 2):
+      words.insert(r.randint(0, len(words) + 1), mask)
+    out.append(" ".join(words))
+  return out
+
+
+def _same_results(got, want, text):
+  rows = [got, want] if got and isinstance(got[0], dict) else None
+  got, want = ([got], [want]) if rows else (got, want)
+  assert len(got) == len(want), text
+  for g_row, w_row in zip(got, want):
+    assert [(r["token"], r["token_str"], r["sequence"]) for r in g_row] == [
+        (r["token"], r["token_str"], r["sequence"]) for r in w_row], text
+    np.testing.assert_allclose([r["score"] for r in g_row],
+                               [r["score"] for r in w_row], rtol=1e-5,
+                               atol=1e-7, err_msg=text)
+
+
+def test_a_file_of_texts_on_packed_rows_gives_each_texts_own_results(
+    exported, tmp_path):
+  runner = mask_filling.FillMask(*mask_filling.load(exported["out"]))
+  lines = _lines(runner)
+  lengths = [len(runner.tokenizer.tokenizer.encode(t).ids) for t in lines]
+  assert min(lengths) < 16 and 32 < max(lengths[:-8]) and max(lengths) > 64
+  path = tmp_path / "texts.txt"
+  path.write_text("\n".join(lines) + "\n")
+  out = str(tmp_path / "out.jsonl")
+  # Small rows and chunks: several batches, rows of 32 and longer, a
+  # chunk boundary.
+  chunk, mask_filling.CHUNK_LINES = mask_filling.CHUNK_LINES, 17
+  try:
+    assert fill_mask.main(["--model", exported["out"], "--top_k", "3",
+                           "--input", str(path), "--output", out,
+                           "--seq_length", "32", "--max_sequences", "4",
+                           "--batch_size", "3"]) == 0
+  finally:
+    mask_filling.CHUNK_LINES = chunk
+  with open(out) as f:
+    got = [json.loads(line) for line in f]
+  assert len(got) == len(lines)
+  for text, result in zip(lines, got):
+    _same_results(result, runner(text, top_k=3), text)
+
+
+def test_a_line_without_a_mask_is_named_and_nothing_is_written(
+    exported, tmp_path, capsys):
+  path = tmp_path / "texts.txt"
+  path.write_text(f"{TEXTS[0]}\n{TEXTS[1]}\nNo mask here.\n{TEXTS[2]}\n")
+  out = tmp_path / "out.jsonl"
+  assert fill_mask.main(["--model", exported["out"], "--input", str(path),
+                         "--output", str(out)]) == 1
+  (line,) = capsys.readouterr().err.strip().splitlines()
+  assert line == (f"error: --input {path} line 3: The text has no [MASK] "
+                  "token: put [MASK] where the word to predict goes, e.g. "
+                  "\"Paris is the [MASK] of France.\"")
+  assert os.listdir(tmp_path) == ["texts.txt"]
+
+
+@pytest.mark.parametrize("family", ["albert", "electra", "modernbert"])
+def test_every_familys_masked_lm_fills_packed_rows(exported, family):
+  """The other families' masked LMs (ALBERT's, ELECTRA's generator,
+  ModernBERT's) read packed rows: each text's results are its own."""
+  from flax import nnx
+
+  from tests import helpers
+  from tests.helpers import family_checks
+  if exported["kind"] != "wordpiece":
+    pytest.skip("one tokenizer is enough: the rows are the model's")
+  if family == "electra":
+    config = helpers.sharded_config()
+    config.objective.name = "electra"
+  else:
+    config = family_checks.family_config(family)
+  config.model.vocab_size = int(exported["config"].model.vocab_size)
+  model = compose.objective(config).make_model(config, nnx.Rngs(0))
+  params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+  mlm = compose.masked_lm(config, params)
+  tok = pretrained.load_tokenizer(pretrained.resolve(exported["out"]))
+  runner = mask_filling.FillMask(mlm.params, mlm.model_config, tok,
+                                 mlm.table)
+  lines = _lines(runner, 12)
+  got = runner.fill_many(lines, 3, seq_length=32, max_sequences=4,
+                         batch_size=2)
+  for text, result in zip(lines, got):
+    _same_results(result, runner(text, top_k=3), text)

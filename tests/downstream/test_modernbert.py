@@ -90,11 +90,13 @@ def test_finetune_learns_and_exports_a_sequence_classifier(hf_dir, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("layer", [1, -1])
-def test_embeddings_equal_transformers_hidden_states(hf_dir, layer):
+@pytest.mark.parametrize("layer,packing", [(1, False), (-1, False),
+                                           (-1, True)])
+def test_embeddings_equal_transformers_hidden_states(hf_dir, layer, packing):
   """embed() (mean over real tokens) on the directory equals the mean of
   transformers' output_hidden_states at the same index (the last one
-  after the final norm, as HF's)."""
+  after the final norm, as HF's); on packed rows too (both sentences in
+  one row, past the sliding window)."""
   from bert_jax.downstream import embeddings
   loaded = embeddings.load_model(hf_dir["out"])
   model = mapping.make_model(loaded.params, loaded.model_config,
@@ -102,7 +104,7 @@ def test_embeddings_equal_transformers_hidden_states(hf_dir, layer):
   sentences = ["the movie was great", "a long night on the river bank ,"
                " we walked along the water and opened our account ."]
   ours = embeddings.embed(model, loaded.tokenizer, sentences, pooling="mean",
-                          layer=layer)
+                          layer=layer, packing=packing, seq_length=64)
   tok = transformers.AutoTokenizer.from_pretrained(hf_dir["out"])
   hf = transformers.ModernBertModel.from_pretrained(
       hf_dir["out"], attn_implementation="eager", dtype=torch.float32).eval()

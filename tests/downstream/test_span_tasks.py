@@ -304,7 +304,7 @@ def test_bad_setup_is_one_error_before_anything_is_written(learned, tmp_path,
                                                            case):
   """Sentence tasks' refusals that apply to a span task: label names (it
   has no classes), phases, an empty split (named with its file); packed
-  rows (a sentence-task layout)."""
+  rows (span windows stay length-bucketed)."""
   config = qa_config(learned["hf"]["out"], learned["dev"], learned["dev"])
   empty = tmp_path / "empty.json"
   empty.write_text(json.dumps({"version": "v2.0", "data": []}))
@@ -316,10 +316,10 @@ def test_bad_setup_is_one_error_before_anything_is_written(learned, tmp_path,
   elif case == "phases":
     config.train.phases = (dict(num_steps=2, seq_length=SEQ),) * 2
     expected = PHASES_REFUSED
-  elif case == "packing":  # Packed rows are a sentence-task layout.
+  elif case == "packing":  # Span windows stay length-bucketed.
     config.data.packing = True
     expected = ("data.packing=True with task.kind='span': packed fine-tuning "
-                "rows hold sentence tasks only; token and span tasks batch "
+                "rows hold sentence and token tasks only; span tasks batch "
                 "their windows by length buckets: set data.packing=False.")
   else:
     config.task.validation_file = str(empty)

@@ -26,10 +26,6 @@ from tests.helpers import span_tag_tasks
 from tests.helpers import tiny_models
 
 NUM_STEPS, SAVE_AT = 100, 50
-PACKING_REFUSED = (
-    "data.packing=True with task.kind='{kind}': packed fine-tuning rows hold "
-    "sentence tasks only; token and span tasks batch their windows by length "
-    "buckets: set data.packing=False.")
 
 
 def tagging_config(init_from, train, dev):
@@ -227,12 +223,11 @@ def test_an_empty_split_is_one_error_before_anything_is_written(base,
   assert helpers.written_files(tmp_path / "out") == []
 
 
-@pytest.mark.parametrize("case", ["label_names", "phases", "packing"])
+@pytest.mark.parametrize("case", ["label_names", "phases"])
 def test_bad_setup_is_one_error_before_anything_is_written(base, tmp_path,
                                                            case):
   """Sentence tasks' refusals that apply to a token task: label names
-  other than its tags (which name themselves), phases; packed rows (a
-  sentence-task layout)."""
+  other than its tags (which name themselves), phases."""
   train, dev = tmp_path / "train.txt", tmp_path / "dev.txt"
   train.write_text("Jim B-PER\nruns O\n")
   dev.write_text("Ann B-PER\n")
@@ -242,9 +237,6 @@ def test_bad_setup_is_one_error_before_anything_is_written(base, tmp_path,
     expected = ("task.label_names=('person', 'other'): a token task's tags "
                 "name themselves (O, B-PER, in id order, saved as "
                 "label_map.json); leave task.label_names empty.")
-  elif case == "packing":
-    config.data.packing = True
-    expected = PACKING_REFUSED.format(kind="token")
   else:
     config.train.phases = (dict(num_steps=2, seq_length=32),) * 2
     expected = ("train.phases / train.recipe apply to pretraining runs only "

@@ -38,12 +38,14 @@ def _tool():
 
 
 def write_tagging_task(directory: str, n_train: int = 300, n_dev: int = 100,
-                       shuffle_tags: bool = False, seed: int = 0):
-  """train.txt and dev.txt (CoNLL)."""
+                       shuffle_tags: bool = False, seed: int = 0,
+                       lengths: str = "uniform"):
+  """train.txt and dev.txt (CoNLL); `lengths` "conll": CoNLL-2003's mean
+  sentence length (the tool's)."""
   return _tool().write_tagging_task(
       directory, train_entities=ENTITIES, dev_entities=ENTITIES,
       filler=TAG_FILLER, n_train=n_train, n_dev=n_dev,
-      shuffle_tags=shuffle_tags, seed=seed)
+      shuffle_tags=shuffle_tags, seed=seed, lengths=lengths)
 
 
 def write_qa_task(directory: str, n_train: int = 400, n_dev: int = 100,

@@ -66,3 +66,20 @@ def test_matmul_flops_read_from_the_hlo_equal_the_analytic_count(
   assert mlp == pytest.approx(3 * 2 * tokens * 3 * m.hidden_size
                               * m.intermediate_size * m.num_hidden_layers
                               / 1e9, rel=1e-6)
+
+
+def test_task_profiles_the_fine_tuning_step_on_its_packed_rows(tmp_path):
+  """--task: the fine-tuning run's step (its checkpoint's architecture, the
+  task's classifier) on the task's own packed rows."""
+  from tests.helpers import tiny_models
+  hf = tiny_models.make_hf_dir(str(tmp_path / "base"))
+  train, dev = tiny_models.write_keyword_task(str(tmp_path / "task"),
+                                              n_train=64, n_dev=8)
+  config = tiny_models.finetune_config(hf["out"], train, dev)
+  config.data.update(packing=True, packing_max_sequences=8)
+  config.train.batch_size = 2
+  r = profile_step.profile(config, steps=1, warmup=0, task=True)
+  assert r["model"].startswith("classify 2x64")
+  assert r["batch"] == "2 x 32 (packed task rows)"
+  parts = {p["part"] for p in r["parts"]}
+  assert {"MLP", "attention: full", "optimizer"} <= parts, parts
