@@ -432,7 +432,7 @@ class Trainer:
             eval_metrics, everything=self._evaluate_fn is not None),
                      "".join(f"  ({k} {v:.4f})" for k, v in extras.items()))
         writer.write(done, "eval", eval_metrics)
-        last_metrics = {**last_metrics,
+        last_metrics = {**last_metrics, "eval_step": done,
                         **{f"eval_{k}": v for k, v in eval_metrics.items()}}
       preempted = self._preemption.reached(done)
       if (done % config.checkpoint.save_every_steps == 0 or is_last or
