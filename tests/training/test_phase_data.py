@@ -189,3 +189,35 @@ def test_phase_source_that_matches_nothing_is_refused_naming_the_phase(
   assert line == (f"error: train.phases[1].data.sources: no file matches "
                   f"{missing!r}."), line
   assert not workdir.exists() or helpers.written_files(workdir) == []
+
+
+def test_inspect_data_prints_a_phase_s_measured_mask_rate_and_mixture(
+    corpus, tmp_path):
+  """tools/inspect_data.py --phase 2: that phase's masking and sources."""
+  import re
+  g = {name: _glob(corpus, name) for name in SOURCES}
+  phases = (_phase(num_steps=2), _phase(
+      num_steps=2, mask_rate=0.3, sources=f"{g['a']}@1;{g['c']}@3"))
+  result = helpers.run_tool(
+      "inspect_data.py",
+      f"--config={os.path.join(helpers.REPO, 'bert_jax', 'config_lib.py')}"
+      ":tiny", "--config.model.vocab_size=512",
+      "--config.model.max_position_embeddings=64",
+      "--config.data.tokenizer_type=wordpiece",
+      f"--config.data.tokenizer_path={corpus['tok'].path}",
+      f"--config.data.train_files={g['a']}", "--config.data.nsp=False",
+      "--config.data.objective=packed", "--config.data.eval_fraction=0.0",
+      f"--config.data.seq_length={SEQ}",
+      "--config.data.max_predictions_per_seq=20",
+      "--config.train.batch_size=16", "--config.train.num_steps=4",
+      f"--config.train.phases={phases!r}", "--phase=2", "--num_batches=40",
+      "--num_show=0", f"--workdir={tmp_path}", timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  rate = re.search(r"mask rate: ([0-9.]+)% of the maskable tokens "
+                   r"\(data.mask_rate 30%\)", result.stdout)
+  assert rate and abs(float(rate.group(1)) - 30) < 0.5, result.stdout
+  shares = dict(re.findall(r"examples from text:\S+/([ac])-\*\.txt: \d+ "
+                           r"\(([0-9.]+)%; weight", result.stdout))
+  assert sorted(shares) == ["a", "c"], result.stdout
+  assert abs(float(shares["c"]) - 75) < 5, result.stdout
+  assert "weight 25.0%" in result.stdout and "weight 75.0%" in result.stdout
