@@ -14,7 +14,9 @@ sweep of W (tools/eval_checkpoints.py); --include_last adds W's newest step
 (ModernBERT: its annealing's 3 best with the final one). OUT is a workdir
 with one step, the newest chosen, holding the element-wise mean of the
 params (`bert_jax.checkpoints.averaging`), W's config and tokenizer and
-OUT/averaged.json (which run, steps and scores). It exports and fine-tunes
+OUT/averaged.json (which run, steps and scores). --ema: the moving averages
+a run with train.ema_decay kept at those steps instead of their params (one
+step: its average as it is). It exports and fine-tunes
 like any run:
   python -m bert_jax.to_hf --workdir OUT --output OUT_HF
   python -m bert_jax.finetune ... --config.train.init_from=OUT
@@ -22,6 +24,7 @@ Steps of different runs, objectives or parameter shapes are refused in one
 line, before anything is written.
 """
 
+import dataclasses
 import logging
 import sys
 
@@ -48,6 +51,9 @@ def define_flags(flag_values, argv=None) -> None:
                     **define)
   flags.DEFINE_string("sweep", "", "--best: a checkpoint_sweep.json of "
                       "--workdir to rank by.", **define)
+  flags.DEFINE_bool("ema", False, "Average the steps' moving averages of "
+                    "the params (train.ema_decay) instead of the params.",
+                    **define)
   cli.define_verbose(**define)
 
 
@@ -62,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         args.workdir, args.steps, best=args.best, by=args.by,
         after_step=args.after_step, include_last=args.include_last,
         sweep=args.sweep)
+    if args.ema:
+      choice = dataclasses.replace(choice, of="ema")
     params, config = averaging.average(choice)
     written = averaging.write(args.output, choice, params, config)
   except (ValueError, OSError) as e:  # Wrong steps or paths: one sentence.

@@ -279,6 +279,11 @@ def train_config() -> ml_collections.ConfigDict:
       schedule_unit="steps",
       warmup_tokens=0.0,  # Floats so that 3e9 overrides them; whole numbers.
       decay_tokens=0.0,
+      # An exponential moving average of the params in the train state
+      # (state["ema"], checkpointed; 0: none): after every applied update
+      # ema = d * ema + (1 - d) * params. `python -m bert_jax.average --ema`
+      # writes a step's average as a workdir.
+      ema_decay=0.0,
       # "per_phase": each phase warms up and decays on its own (NVIDIA's
       # recipe); "continuous": one schedule over all steps (google-research).
       phase_schedule="per_phase",

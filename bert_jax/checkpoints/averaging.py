@@ -6,7 +6,8 @@ or the N best by a metric each step recorded: the held-out eval the trainer
 ran at that step, ``meta["metrics"]["eval_step"]``, or a downstream sweep's
 score, ``tools/eval_checkpoints.py``); `average` checks they belong together
 (one run: one workdir; one objective; the same parameter shapes; the same
-phase "model" fields) and returns their element-wise mean, accumulated in
+phase "model" fields) and returns the element-wise mean of their params
+(or of the moving averages a run with train.ema_decay kept), accumulated in
 float64 and stored as float32 (for two float32 steps: (a + b) / 2 in
 float32, bit for bit); `write` makes a workdir holding that one step: its
 params (no optimizer state: a start for export, fine-tuning or
@@ -43,6 +44,9 @@ class Choice:
   steps: tuple[int, ...]
   by: str = ""  # The metric ("" when the steps were given).
   scores: tuple = ()  # (step, score) of the chosen steps, by `by`.
+  # What of each step: its "params", or their moving average "ema"
+  # (train.ema_decay).
+  of: str = "params"
 
 
 def lower_is_better(metric: str) -> bool:
@@ -133,6 +137,12 @@ def average(choice: Choice) -> tuple[dict, dict]:
     raise ValueError("No steps to average.")
   dirs = {s: reading.resolve_step_dir(choice.workdir, s)[0]
           for s in choice.steps}
+  if choice.of != "params":
+    for s, d in dirs.items():
+      if choice.of not in reading.stored_state_tree(d):
+        raise ValueError(f"Step {s} of {choice.workdir} holds no moving "
+                         f"average ({choice.of!r}): its run had "
+                         "train.ema_decay=0.")
   configs = {s: reading.stored_config(d) or {} for s, d in dirs.items()}
   first = choice.steps[0]
   for s in choice.steps[1:]:
@@ -140,7 +150,7 @@ def average(choice: Choice) -> tuple[dict, dict]:
     _check_same_shapes(first, dirs[first], s, dirs[s])
   total = tree = None
   for s in choice.steps:  # One step's params in memory at a time.
-    tree, _, _ = reading.load_params(dirs[s])
+    tree, _, _ = reading.load_params(dirs[s], key=choice.of)
     flat = _flat(tree)
     total = total or {p: np.zeros(x.shape, np.float64)
                       for p, x in flat.items()}
@@ -207,7 +217,7 @@ def write(output: str, choice: Choice, params: dict, config: dict) -> str:
   check_output(output)
   step = choice.steps[-1]
   provenance = dict(run=choice.workdir, steps=list(choice.steps),
-                    method="mean", by=choice.by or None,
+                    of=choice.of, method="mean", by=choice.by or None,
                     scores={str(s): v for s, v in choice.scores})
   out = epath.Path(reading.absolute(output))
   tmp = out.parent / f"{out.name}.tmp-{os.getpid()}-{int(time.time())}"

@@ -96,6 +96,9 @@ def _check_train_and_mesh(config, num_devices: int, process_count: int,
   # Their modules own these decisions; building them is cheap and checks.
   optim.make_optimizer(t, optim.learning_rate_schedule(t, phases))
   preemption.NonFiniteMonitor(t.nonfinite_policy, t.max_nonfinite_in_a_row)
+  if not 0.0 <= t.get("ema_decay", 0.0) < 1.0:
+    raise ValueError(f"train.ema_decay={t.ema_decay} must be in [0, 1) "
+                     "(0: no moving average).")
   for field in ("log_every", "eval_every"):
     if t[field] < 1:
       raise ValueError(f"train.{field}={t[field]} must be >= 1.")

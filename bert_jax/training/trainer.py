@@ -300,6 +300,8 @@ class Trainer:
           state["params"], self.abstract_state["params"]))
     elif self.config.train.init_from:
       state = dict(state, params=self._init_params(self.config.train.init_from))
+    if "ema" in state:  # The average starts at the params the run starts at.
+      state["ema"] = jax.tree.map(lambda x: x.copy(), state["params"])
     return state
 
   def _init_params(self, path: str):

@@ -62,7 +62,7 @@ def test_two_steps_average_bit_for_bit(run, tmp_path, capsys):
   with open(os.path.join(out, "averaged.json")) as f:
     provenance = json.load(f)
   assert provenance == dict(run=os.path.abspath(run), steps=[2, 4],
-                            method="mean", by=None, scores={})
+                            of="params", method="mean", by=None, scores={})
   assert os.path.isfile(os.path.join(out, "tokenizer", "record.json"))
 
 
