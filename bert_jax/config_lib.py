@@ -114,6 +114,11 @@ def data_config() -> ml_collections.ConfigDict:
       train_files="",
       # Held-out sources (same syntax). Empty: hold out `eval_fraction` of the
       # training documents (chosen by a hash of their first line).
+      # Sampling over several sources: 0 = by their @W weights; T > 0 = by
+      # size, tempered: p_i proportional to (w_i * n_i) ** (1 / T), n_i the
+      # bytes of source i (T = 1: by size; larger T: flatter). mmBERT's
+      # exponents 0.7 / 0.5 / 0.3 are T = 1/0.7, 2, 1/0.3 (docs/recipes.md).
+      source_temperature=0.0,
       eval_sources="",
       eval_files="",  # Shorthand, like train_files.
       eval_fraction=0.05,
@@ -254,12 +259,31 @@ def train_config() -> ml_collections.ConfigDict:
       peak_tflops=0.0,
       # Phases of one run with their own batch shapes (bert_jax/training/phases.py):
       # a tuple of dicts with num_steps, seq_length, max_predictions_per_seq,
-      # batch_size (+ optional learning_rate, warmup_steps), adding up to
+      # batch_size (+ optional learning_rate, warmup_steps, "data": fields of
+      # PHASE_DATA_FIELDS, "model": PHASE_MODEL_FIELDS, ...), adding up to
       # num_steps. Empty: one phase of the data/train shapes.
       phases=(),
       # "bert_two_phase": 90% of num_steps at seq 128 / 20 predictions, the
       # rest at 512 / 80, same batch (Devlin et al. 2019). "" = phases above.
       recipe="",
+      # The global batch grows over the first phase's first `tokens` tokens
+      # (batch x seq_length): start, start + increment, ... (below the
+      # phase's batch_size), an equal number of steps each, then batch_size
+      # (ModernBERT: 768 -> 4,608 over 50B tokens). start 0: no warm-up.
+      # A phase's "batch_warmup" entry sets its own (docs/recipes.md).
+      batch_warmup=dict(start=0, increment=0, tokens=0.0),
+      # What the learning-rate schedule counts: "steps" (warmup_steps,
+      # decay_steps, num_steps) or "tokens" (warmup_tokens, decay_tokens and
+      # the run's tokens, batch x seq_length per step), so that a growing
+      # batch does not stretch the schedule.
+      schedule_unit="steps",
+      warmup_tokens=0.0,  # Floats so that 3e9 overrides them; whole numbers.
+      decay_tokens=0.0,
+      # An exponential moving average of the params in the train state
+      # (state["ema"], checkpointed; 0: none): after every applied update
+      # ema = d * ema + (1 - d) * params. `python -m bert_jax.average --ema`
+      # writes a step's average as a workdir.
+      ema_decay=0.0,
       # "per_phase": each phase warms up and decays on its own (NVIDIA's
       # recipe); "continuous": one schedule over all steps (google-research).
       phase_schedule="per_phase",
@@ -376,6 +400,15 @@ OBJECTIVE_FAMILIES = {"distil": "distilbert"}
 # (e.g. a context-extension phase with a larger global RoPE base).
 PHASE_MODEL_FIELDS = ("global_rope_theta", "local_rope_theta",
                       "local_attention", "attention_impl", "remat_policy")
+
+
+# Data fields a phase of train.phases may change (its "data" entry): how
+# batches are masked and which sources, mixed how, feed them; not the
+# features a batch holds (packing, the sentence objective, the tokenizer) nor
+# the held-out data every phase is evaluated on.
+PHASE_DATA_FIELDS = ("mask_rate", "mask_token_prob", "random_token_prob",
+                     "whole_word_mask", "max_ngram", "short_seq_prob",
+                     "sources", "source_temperature", "shuffle_buffer")
 
 
 def phase_model_overrides(config, step: int | None) -> dict:

@@ -14,7 +14,9 @@ OUT/checkpoint_sweep.json ({"rows": [{"step", "main_score", "scores",
 "results"}]}) and a plot, OUT/checkpoint_sweep.png with matplotlib when it is
 importable, else OUT/checkpoint_sweep.svg (written by hand, no dependency).
 Rerunning resumes: a step whose fine-tuning finished is evaluated again from
-its final checkpoint, not retrained.
+its final checkpoint, not retrained. To average the best of them:
+  python -m bert_jax.average --workdir PRETRAIN_WORKDIR --best 3 \
+      --by main_score --sweep OUT/checkpoint_sweep.json --output AVG
 """
 
 from __future__ import annotations

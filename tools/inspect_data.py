@@ -1,7 +1,14 @@
 r"""Prints decoded training examples with their masks; optionally saves batches.
 
   python tools/inspect_data.py --config=configs/<name>.py --workdir=/tmp/run \
-      [--num_batches=2] [--num_show=4] [--eval] [--save=/tmp/batches.npz]
+      [--num_batches=2] [--num_show=4] [--eval] [--save=/tmp/batches.npz] \
+      [--phase=N]
+
+--phase N reads the pipeline of the run's N-th phase (1-based: its shapes
+and "data" fields, train.phases). It prints what the batches hold as
+measured: the mask rate (predicted positions over the real tokens that are
+not special) against data.mask_rate, and, with several sources, the
+examples each gave against their mixing weights.
 
 In the printout a masked position shows as ``[MASK:orig]`` (replaced by
 [MASK]), ``{new:orig}`` (replaced by a random token) or ``<orig>`` (selected,
@@ -18,7 +25,10 @@ from bert_jax import cli
 from bert_jax.data import features
 from bert_jax.data import pipeline
 from bert_jax.data import tokenizers
+from bert_jax.data import iterator
+from bert_jax.data import sources as data_sources
 from bert_jax.training import config_checks
+from bert_jax.training import phases as phases_lib
 
 
 def define_flags(flag_values, argv=None) -> None:
@@ -31,6 +41,8 @@ def define_flags(flag_values, argv=None) -> None:
   flags.DEFINE_integer("num_show", 3, "Examples to print.", **define)
   flags.DEFINE_bool("eval", False, "Read the eval batches instead.", **define)
   flags.DEFINE_string("save", "", "Write the batches to this .npz.", **define)
+  flags.DEFINE_integer("phase", 0, "Read phase N's pipeline (1-based; 0: "
+                       "the run's data fields).", **define)
 
 
 def original_ids(batch):
@@ -75,11 +87,43 @@ def show(tok, batch, r):
   print("text:", tok.decode(orig[:n]))
 
 
+def mask_rate(tok, batches) -> float:
+  """Predicted positions over the real tokens that are not special."""
+  special = np.zeros(max(tok.vocab_size, 1), bool)
+  special[[i for i in tok.special_ids if 0 <= i < tok.vocab_size]] = True
+  masked = sum(float(b["masked_lm_weights"].sum()) for b in batches)
+  maskable = sum(int(((b["input_mask"] > 0) & ~special[original_ids(b)])
+                     .sum()) for b in batches)
+  return masked / max(maskable, 1)
+
+
+def print_measured(config, tok, batches, stats, workdir) -> None:
+  print(f"mask rate: {100 * mask_rate(tok, batches):.2f}% of the maskable "
+        f"tokens (data.mask_rate {100 * config.data.mask_rate:g}%)")
+  counts = {k[len(iterator.SOURCE_PREFIX):]: v for k, v in stats.items()
+            if k.startswith(iterator.SOURCE_PREFIX)}
+  if counts:
+    plan = data_sources.plan(config.data, workdir)
+    weights = data_sources.mixing_weights(
+        plan.train, float(config.data.source_temperature),
+        config.data.tfds_data_dir)
+    total = max(sum(counts.values()), 1)
+    for source, weight in zip(plan.train, weights):
+      n = counts.get(source.name, 0)
+      print(f"examples from {source.name}: {n} ({100 * n / total:.1f}%; "
+            f"weight {100 * weight:.1f}%)")
+
+
 def main(argv):
   del argv
   config = flags.FLAGS.config
   workdir = flags.FLAGS.workdir
-  config_checks.validate(config, num_devices=1)  # Before any file is written.
+  phases = config_checks.validate(config, num_devices=1)  # Before writing.
+  if flags.FLAGS.phase:
+    if not 1 <= flags.FLAGS.phase <= len(phases):
+      raise ValueError(f"--phase={flags.FLAGS.phase}: the run has "
+                       f"{len(phases)} phase(s).")
+    config = phases_lib.phase_config(config, phases[flags.FLAGS.phase - 1])
   tok = tokenizers.load_tokenizer(config.data, workdir)
   config_checks.check_tokenizer(config, tok)
   print(repr(tok))
@@ -90,6 +134,7 @@ def main(argv):
     it = pipeline.create_train_iterator(config, tok, workdir)
     batches = [next(it) for _ in range(flags.FLAGS.num_batches)]
     print("data counters:", it.stats)
+    print_measured(config, tok, batches, it.stats, workdir)
   for r in range(min(flags.FLAGS.num_show, batches[0]["input_ids"].shape[0])):
     show(tok, batches[0], r)
   if flags.FLAGS.save:

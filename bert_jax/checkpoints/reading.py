@@ -94,15 +94,17 @@ def _read_json(path: str) -> dict:
   return json.loads(epath.Path(path).read_text())
 
 
-def _restore_params(step_dir: str, item, restore_args) -> Any:
-  """Restore the ``params`` subtree of a step's state with given RestoreArgs."""
+def _restore_params(step_dir: str, item, restore_args,
+                    key: str = "params") -> Any:
+  """Restore the `key` subtree of a step's state (the params, or their
+  moving average "ema") with given RestoreArgs."""
   with orbax_reads.orbax_reads(), ocp.PyTreeCheckpointer() as ckptr:
     restored = ckptr.restore(
         os.path.join(step_dir, STATE),
         args=ocp.args.PyTreeRestore(
-            item={"params": item}, restore_args={"params": restore_args},
+            item={key: item}, restore_args={key: restore_args},
             partial_restore=True))
-  return restored["params"]
+  return restored[key]
 
 
 def stored_state_tree(step_dir: str):
@@ -225,21 +227,27 @@ def place_params(params, abstract_params, *, source: str = "params"):
   return jax.tree_util.tree_map_with_path(put, abstract_params)
 
 
-def load_params(workdir: str, step: int | None = None):
+def load_params(workdir: str, step: int | None = None, key: str = "params"):
   """Parameters as a nested dict of float32 numpy arrays, plus the config.
 
   Needs no mesh, no devices matching the run and no TensorFlow: a checkpoint
   written on 8 TPU chips loads on a laptop. `workdir` may also be a
   ``checkpoints/`` or step directory. Returns (params, config, step), layer
   indices as int keys (the layout of ``nnx.state(model).to_pure_dict()``).
+  `key` "ema": the params' moving average a run with train.ema_decay keeps
+  (ValueError naming the step when it kept none).
   """
   step_dir, step = resolve_step_dir(workdir, step)
   meta = read_step_meta(step_dir)
-  stored = stored_params_tree(step_dir)
+  stored_state = stored_state_tree(step_dir)
+  if key not in stored_state:
+    raise ValueError(f"{_describe_step(step_dir)} holds no {key!r} (its run "
+                   f"kept {sorted(stored_state)}).")
+  stored = stored_state[key]
   restore_args = jax.tree.map(
       lambda m: ocp.RestoreArgs(restore_type=np.ndarray), stored)
-  restored = _restore_params(step_dir, stored, restore_args)
-  check_step_digest({"params": restored}, step_dir, meta)
+  restored = _restore_params(step_dir, stored, restore_args, key)
+  check_step_digest({key: restored}, step_dir, meta)
   params = jax.tree.map(lambda x: np.asarray(x, np.float32),
                         _int_keys(restored))
   config = ml_collections.ConfigDict(meta.get("config") or {})

@@ -58,6 +58,9 @@ def check_pretraining(config: ml_collections.ConfigDict) -> None:
         f"in [1, data.seq_length={data.seq_length}].")
   if not 0.0 < data.mask_rate <= 1.0:
     raise ValueError(f"data.mask_rate={data.mask_rate} must be in (0, 1].")
+  if data.get("source_temperature", 0.0) < 0:
+    raise ValueError(f"data.source_temperature={data.source_temperature} "
+                     "must be >= 0 (0: the sources' @W weights as given).")
   if not (0 <= data.mask_token_prob and 0 <= data.random_token_prob
           and data.mask_token_prob + data.random_token_prob <= 1.0):
     raise ValueError(

@@ -4,7 +4,9 @@ The whole pipeline is one tf.data graph with stateless random ops, so its
 iterator state (shuffle buffers included) is a TF checkpoint; saving it with
 each model checkpoint makes a resumed run see exactly the batches the
 uninterrupted run would have. Per-block data counters (``examples.STATS``)
-ride along in the batches; the iterator strips, sums, logs and saves them.
+ride along in the batches; the iterator strips, sums, logs and saves them,
+with the examples each source gave when several are mixed
+(``examples:NAME``: the mixture as trained on).
 
 A saved state only fits a pipeline of the same batch shapes. When a run is
 resumed with another batch size or sequence length (other hardware), or a
@@ -27,16 +29,22 @@ from absl import logging
 
 from bert_jax.data import examples
 
+SOURCE_PREFIX = "examples:"  # Counters of the examples each source gave.
+
 
 class DataIterator:
   """Iterator of per-host numpy batches whose exact state can be saved."""
 
-  def __init__(self, ds: tf.data.Dataset, process_index: int = 0):
+  def __init__(self, ds: tf.data.Dataset, process_index: int = 0,
+               source_names=()):
     self._ds = ds
     self._it = iter(ds)
     self._ckpt = tf.train.Checkpoint(iterator=self._it)
     self.process_index = process_index
-    self.stats = {k: 0 for k in examples.STATS}
+    # The counters' columns: examples.STATS, then one per source mixed.
+    self._keys = list(examples.STATS) + [f"{SOURCE_PREFIX}{n}"
+                                         for n in source_names]
+    self.stats = {k: 0 for k in self._keys}
     self._batches = 0
     self._examples = 0  # Rows this host consumed (batches may vary in size).
     self._skipped = 0  # Batches of `ds` skipped to continue another pipeline.
@@ -52,7 +60,7 @@ class DataIterator:
     self._examples += len(next(iter(out.values())))
     self._batches += 1
     if st is not None:
-      for k, v in zip(examples.STATS, st.tolist()):
+      for k, v in zip(self._keys, st.tolist()):
         self.stats[k] += int(v)
       b = self._batches
       if b in (1, 10, 100) or b % 1000 == 0:
@@ -120,7 +128,8 @@ class DataIterator:
     shapes = saved.pop("shapes", None)
     consumed = saved.pop("examples_consumed", None)
     skipped = int(saved.pop("skipped_batches", 0))
-    self.stats.update({k: v for k, v in saved.items() if k in self.stats})
+    self.stats.update({k: v for k, v in saved.items() if k in self.stats or
+                       k.startswith(SOURCE_PREFIX)})
     if shapes is None or shapes == self.shapes():
       if skipped:  # The state is of the skipped pipeline: rebuild it first.
         self._reset(skipped)
@@ -129,6 +138,17 @@ class DataIterator:
       self._examples = consumed or 0
       return
     self._skip_to(consumed, shapes)
+
+  def next_rows(self, rows: int) -> dict[str, np.ndarray]:
+    """The next `rows` rows: as many consecutive batches of this pipeline,
+    concatenated (a batch-size warm-up's steps over one stream, which
+    saves and resumes like any other)."""
+    size = self.batch_size()
+    if size is None or rows % size:
+      raise ValueError(f"{rows} rows are not whole batches of {size}.")
+    parts = [next(self) for _ in range(rows // size)]
+    return parts[0] if len(parts) == 1 else {
+        k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
   @property
   def examples_consumed(self) -> int:

@@ -202,17 +202,36 @@ def example_dataset(config, tok, plan: data_sources.SourcePlan,
     bmode = "train" if plan.holds_out else "all"
   builder = traced_builder(tok, examples.ExampleOptions.from_config(
       data, bmode, data.get("eval_fraction", 0.0)))
+  if len(sources) == 1:
+    return _source_examples(sources[0], builder, data,
+                            _seed(config, mode, "source", 0), process_index,
+                            process_count, epochs)
   dsets = [
-      _source_examples(s, builder, data, _seed(config, mode, "source", i),
-                       process_index, process_count, epochs)
+      _source_examples(s, _counted(builder, i, len(sources)), data,
+                       _seed(config, mode, "source", i), process_index,
+                       process_count, epochs)
       for i, s in enumerate(sources)]
-  if len(dsets) == 1:
-    return dsets[0]
-  weights = np.array([s.weight for s in sources], np.float64)
+  weights = data_sources.mixing_weights(
+      sources, float(data.get("source_temperature", 0.0)),
+      data.get("tfds_data_dir", ""))
   return tf.data.Dataset.sample_from_datasets(
-      dsets, weights=(weights / weights.sum()).tolist(),
-      seed=int(_seed(config, mode, "mix")[0]),
+      dsets, weights=weights, seed=int(_seed(config, mode, "mix")[0]),
       stop_on_empty_dataset=epochs is not None)
+
+
+def _counted(builder, index: int, count: int):
+  """`builder` whose examples also count themselves as source `index` of
+  `count`: a one-hot appended to the counters under examples.STATS_KEY
+  (summed per batch like the others: the iterator's examples by source)."""
+
+  def build(lines, seed):
+    out = builder(lines, seed)
+    rows = tf.shape(out[examples.STATS_KEY])[0]
+    one = tf.one_hot(tf.fill([rows], index), count, dtype=tf.int32)
+    return dict(out, **{examples.STATS_KEY: tf.concat(
+        [out[examples.STATS_KEY], one], axis=1)})
+
+  return build
 
 
 def packed_rows(ds: tf.data.Dataset, data, tok, seed: np.ndarray
@@ -348,14 +367,18 @@ def _check_nonempty(config, tok, plan: data_sources.SourcePlan,
 
 
 def create_train_iterator(config, tok, workdir, process_index: int = 0,
-                          process_count: int = 1
+                          process_count: int = 1,
+                          batch_size: Optional[int] = None
                           ) -> data_iterator.DataIterator:
-  """Endless iterator of per-host training batches (dicts of numpy arrays)."""
+  """Endless iterator of per-host training batches (dicts of numpy arrays)
+  of `batch_size` rows (None: the config's per-host batch)."""
   plan = data_sources.plan(config.data, workdir)
   _check_nonempty(config, tok, plan, process_index, process_count, "train")
   ds = make_dataset(config, tok, plan, process_index=process_index,
-                    process_count=process_count, mode="train")
-  it = data_iterator.DataIterator(ds, process_index)
+                    process_count=process_count, mode="train",
+                    batch_size=batch_size)
+  names = [s.name for s in plan.train] if len(plan.train) > 1 else []
+  it = data_iterator.DataIterator(ds, process_index, source_names=names)
   it.sources = ("the demo corpus" if plan.uses_demo else
                 "; ".join(map(str, plan.train)))
   return it

@@ -57,6 +57,12 @@ class Source:
       return f"tfds:{self.spec}:{self.split}@{self.weight:g}"
     return f"{self.kind}:{self.spec}@{self.weight:g}"
 
+  @property
+  def name(self) -> str:
+    """The source without its weight (phases may weigh it differently):
+    what the count of its examples is kept under."""
+    return re.sub(r"@[0-9.eE+-]+", "", str(self), count=1)
+
 
 @dataclasses.dataclass(frozen=True)
 class SourcePlan:
@@ -147,6 +153,33 @@ def parse_sources(spec: str, field: str = "data.sources") -> list[Source]:
         raise ValueError(f"{field}: empty file pattern.")
       out.append(Source(kind, part, "", weight))
   return out
+
+
+def size_bytes(source: Source, data_dir: str = "") -> int:
+  """Bytes of a source's text: its files' sizes (a JSONL / Parquet source:
+  its prepared text), a TFDS split's size as its info records it."""
+  if source.kind == TFDS:
+    return int(tfds_builder(source, data_dir).info.splits[
+        source.split].num_bytes)
+  files, _ = resolve_text_files(source)
+  return sum(int(tf.io.gfile.stat(f).length) for f in files)
+
+
+def mixing_weights(sources, temperature: float = 0.0,
+                   data_dir: str = "") -> list[float]:
+  """The probability each of `sources` is sampled from (one example at a
+  time): with `temperature` 0, its @W weight over their sum; with T > 0,
+  (w_i * n_i) ** (1 / T) over the sum of those, n_i its bytes
+  (:func:`size_bytes`): T = 1 samples by size, larger T flattens towards
+  the weights alone (XLM-R's and mmBERT's exponent alpha is 1 / T)."""
+  weights = [float(s.weight) for s in sources]
+  if temperature > 0:
+    sizes = [size_bytes(s, data_dir) for s in sources]
+    top = max(w * n for w, n in zip(weights, sizes))
+    weights = [(w * n / top) ** (1.0 / temperature)
+               for w, n in zip(weights, sizes)]
+  total = sum(weights)
+  return [w / total for w in weights]
 
 
 def file_key(path: str) -> int:

@@ -15,6 +15,9 @@ import dataclasses
 import time
 from typing import Any
 
+import jax
+import numpy as np
+
 MB = 2 ** 20
 
 
@@ -82,6 +85,15 @@ def cost(executable) -> Cost:
   c = (c[0] if c else {}) if isinstance(c, (list, tuple)) else (c or {})
   return Cost(flops=float(c.get("flops", 0.0)),
               bytes_accessed=float(c.get("bytes accessed", 0.0)))
+
+
+def bytes_per_device(abstract_tree) -> int:
+  """Bytes of one device's shards of a tree of sharded ShapeDtypeStructs."""
+  total = 0
+  for a in jax.tree.leaves(abstract_tree):
+    shard = a.sharding.shard_shape(a.shape)
+    total += int(np.prod(shard)) * np.dtype(a.dtype).itemsize
+  return total
 
 
 def compile_ahead(jitted, *args) -> AheadOfTime:

@@ -30,10 +30,15 @@ def validate(config: ml_collections.ConfigDict, num_devices: int,
   compose.objective(config)  # Names one: ValueError listing them if not.
   bert.validate_model_config(config.model)
   _check_objective(config)
-  _check_train_and_mesh(config, num_devices, process_count)
-  phases = _check_phases(config, num_devices, process_count)
+  phases = phases_lib.resolve(config)
+  _check_train_and_mesh(config, num_devices, process_count, phases)
+  _check_phases(config, phases, num_devices, process_count)
   if check_sources:
     _check_sources(config.data)
+    for phase in phases:  # A phase's own sources.
+      if dict(phase.data).get("sources"):
+        _check_sources(phases_lib.phase_config(config, phase).data,
+                       f"train.phases[{phase.index}].data")
   return phases
 
 
@@ -79,7 +84,8 @@ def _check_packing(config) -> None:
                      "bin-packed together; 1024 is a good start).")
 
 
-def _check_train_and_mesh(config, num_devices: int, process_count: int):
+def _check_train_and_mesh(config, num_devices: int, process_count: int,
+                          phases):
   t = config.train
   if t.num_steps <= 0 or t.batch_size <= 0:
     raise ValueError(f"train.num_steps={t.num_steps} and train.batch_size="
@@ -88,8 +94,11 @@ def _check_train_and_mesh(config, num_devices: int, process_count: int):
     raise ValueError(f"train.grad_accum_steps={t.grad_accum_steps} must be "
                      ">= 1.")
   # Their modules own these decisions; building them is cheap and checks.
-  optim.make_optimizer(t)
+  optim.make_optimizer(t, optim.learning_rate_schedule(t, phases))
   preemption.NonFiniteMonitor(t.nonfinite_policy, t.max_nonfinite_in_a_row)
+  if not 0.0 <= t.get("ema_decay", 0.0) < 1.0:
+    raise ValueError(f"train.ema_decay={t.ema_decay} must be in [0, 1) "
+                     "(0: no moving average).")
   for field in ("log_every", "eval_every"):
     if t[field] < 1:
       raise ValueError(f"train.{field}={t[field]} must be >= 1.")
@@ -113,30 +122,31 @@ def _check_train_and_mesh(config, num_devices: int, process_count: int):
                      f"mesh.tensor={tp}.")
 
 
-def _check_phases(config, num_devices: int,
-                  process_count: int) -> list[phases_lib.Phase]:
-  """Each phase of train.phases / train.recipe passes the shape checks."""
-  phases = phases_lib.resolve(config)
-  if not phases_lib.is_phased(config):
-    return phases
-  # Each phase's own schedule (its warmup / decay within its steps).
-  optim.make_optimizer(config.train,
-                       optim.learning_rate_schedule(config.train, phases))
+def _check_phases(config, phases, num_devices: int,
+                  process_count: int) -> None:
+  """Each phase of train.phases / train.recipe (and each batch size of a
+  warm-up) passes the shape checks."""
+  if not phases_lib.is_phased(config) and not phases[0].ramp:
+    return
   for phase in phases:
     pc = phases_lib.phase_config(config, phase)
-    try:
-      _check_objective(pc)
-      _check_train_and_mesh(pc, num_devices, process_count)
-    except ValueError as e:
-      raise ValueError(f"Phase {phase.index} of the run ({phase.describe()}):"
-                       f" {e}") from None
-  return phases
+    for size in phase.batch_sizes:
+      pc.train.batch_size = size
+      what = ("" if size == phase.batch_size else
+              f", its warm-up batch of {size}")
+      try:
+        _check_objective(pc)
+        _check_train_and_mesh(pc, num_devices, process_count, phases)
+      except ValueError as e:
+        raise ValueError(f"Phase {phase.index} of the run ("
+                         f"{phase.describe()}{what}): {e}") from None
 
 
-def _check_sources(data) -> None:
+def _check_sources(data, group: str = "data") -> None:
   """Text globs match files and TFDS datasets are prepared (no reading).
 
-  `sources` wins over `train_files`, `eval_sources` over `eval_files`.
+  `sources` wins over `train_files`, `eval_sources` over `eval_files`;
+  errors name the fields under `group` (a phase's: train.phases[i].data).
   """
   from bert_jax.data import sources as data_sources  # TensorFlow's gfile.
   for primary, shorthand in (("sources", "train_files"),
@@ -145,13 +155,13 @@ def _check_sources(data) -> None:
     spec = data[field]
     if not spec:
       continue
-    srcs = (data_sources.parse_sources(spec, f"data.{field}")
+    srcs = (data_sources.parse_sources(spec, f"{group}.{field}")
             if field == primary else
             [data_sources.Source(data_sources.TEXT, spec)])
     for s in srcs:
       if s.kind == data_sources.TFDS:
         data_sources.tfds_builder(s, data.tfds_data_dir)
       else:  # Text, JSONL or Parquet files (records: the first one's form).
-        files, _ = data_sources.resolve_text_files(s, f"data.{field}")
+        files, _ = data_sources.resolve_text_files(s, f"{group}.{field}")
         data_sources.check_records(
-            s, files[0], data.get("text_field", "text"), f"data.{field}")
+            s, files[0], data.get("text_field", "text"), f"{group}.{field}")

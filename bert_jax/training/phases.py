@@ -16,6 +16,21 @@ phase of the `data` / `train` shapes. A phase's optional "model" entry
 overrides fields that change the function but not the parameters
 (``config_lib.PHASE_MODEL_FIELDS``, e.g. ``{"global_rope_theta": 1.6e6}``):
 that phase's step is compiled from its own model graph over the same state.
+A phase's optional "data" entry overrides data fields
+(``config_lib.PHASE_DATA_FIELDS``: the masking, the sources and how they
+mix, e.g. mmBERT's ``{"mask_rate": 0.05, "source_temperature": 3.33}``):
+that phase's pipeline is built with them; its batches keep their features.
+
+A batch-size warm-up (``train.batch_warmup`` for the first phase, or a
+phase's "batch_warmup" entry: ``{"start": S, "increment": I, "tokens": N}``)
+runs the phase's first steps at the global batch sizes S, S + I, ... below
+its batch_size, the same number of steps k each, k = round(N / (seq_length
+x the sum of those sizes)) so that they take N tokens, ModernBERT's rule
+(its scheduler holds each size for tokens in proportion to it). Each size's
+step is compiled before step 1; the pipeline batches at the sizes' greatest
+common divisor and a step takes as many of those batches as its size needs
+(``data/iterator.py``), so the data order is one stream whatever the sizes
+and resumes exactly.
 """
 
 from __future__ import annotations
@@ -43,7 +58,10 @@ SCHEDULES = ("per_phase", "continuous")
 # tokenizes all of them, minutes for short runs, hours for BERT's 900k steps).
 DATA_POLICIES = ("reshuffle", "continue")
 FIELDS = ("num_steps", "seq_length", "max_predictions_per_seq", "batch_size")
-OPTIONAL_FIELDS = ("learning_rate", "warmup_steps", "decay_steps", "model")
+OPTIONAL_FIELDS = ("learning_rate", "warmup_steps", "decay_steps",
+                   "warmup_tokens", "decay_tokens", "batch_warmup", "data",
+                   "model")
+WARMUP_FIELDS = ("start", "increment", "tokens")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,16 +78,59 @@ class Phase:
   decay_steps: int = 0  # train.schedule "wsd": this phase's decay.
   # (field, value) pairs of config_lib.PHASE_MODEL_FIELDS overridden.
   model: tuple = ()
+  # (field, value) pairs of config_lib.PHASE_DATA_FIELDS overridden.
+  data: tuple = ()
+  # train.schedule_unit "tokens": this phase's warmup and decay.
+  warmup_tokens: int = 0
+  decay_tokens: int = 0
+  # Batch-size warm-up: ((first step from the phase's start, global batch),
+  # ...) ascending, the last one batch_size; () = batch_size throughout.
+  ramp: tuple = ()
 
   @property
   def end(self) -> int:
     return self.start + self.num_steps
 
+  def batch_at(self, step: int) -> int:
+    """The global batch of step index `step` (0-based, of the run)."""
+    size = self.batch_size
+    for first, b in self.ramp:
+      if step - self.start >= first:
+        size = b
+    return size
+
+  @property
+  def batch_sizes(self) -> tuple[int, ...]:
+    return tuple(b for _, b in self.ramp) or (self.batch_size,)
+
+  @property
+  def unit(self) -> int:
+    """Rows the pipeline batches at: every size of the phase is a multiple."""
+    return math.gcd(*self.batch_sizes)
+
+  def segments(self) -> list[tuple[int, int, int]]:
+    """(first step, steps, global batch) spans of one batch size."""
+    ramp = self.ramp or ((0, self.batch_size),)
+    ends = [first for first, _ in ramp[1:]] + [self.num_steps]
+    return [(self.start + first, end - first, b)
+            for (first, b), end in zip(ramp, ends)]
+
+  @property
+  def tokens(self) -> int:
+    """Tokens (batch x seq_length, padding included) of the whole phase."""
+    return sum(n * b for _, n, b in self.segments()) * self.seq_length
+
   def describe(self) -> str:
     model = "".join(f", model.{k} {v}" for k, v in self.model)
+    data = "".join(f", data.{k} {v}" for k, v in self.data)
+    warmup = ""
+    if self.ramp:
+      sizes = [b for _, b in self.ramp[:-1]]
+      warmup = (f" after a warm-up at {', '.join(map(str, sizes))} "
+                f"({self.ramp[1][0]} steps each)")
     return (f"seq_length {self.seq_length}, max_predictions_per_seq "
             f"{self.max_predictions_per_seq}, batch_size {self.batch_size}"
-            + model)
+            + warmup + data + model)
 
 
 def resolve(config: ml_collections.ConfigDict) -> list[Phase]:
@@ -119,7 +180,7 @@ def resolve(config: ml_collections.ConfigDict) -> list[Phase]:
           f" (each phase sets {', '.join(FIELDS)}; optional "
           f"{', '.join(OPTIONAL_FIELDS)}).")
     for field in FIELDS:
-      if _as_int(spec[field], f"train.phases[{i}].{field}") <= 0:
+      if whole_number(spec[field], f"train.phases[{i}].{field}") <= 0:
         raise ValueError(f"train.phases[{i}].{field}={spec[field]} must be "
                          "positive.")
     model = _as_dict(spec.get("model") or {})
@@ -129,6 +190,13 @@ def resolve(config: ml_collections.ConfigDict) -> list[Phase]:
           f"train.phases[{i}].model sets {bad}: a phase may change only "
           f"{', '.join(config_lib.PHASE_MODEL_FIELDS)} (fields that keep the "
           "parameters' shapes).")
+    tokens = {k: whole_number(spec.get(k, t.get(k, 0)), f"train.phases[{i}].{k}")
+              for k in ("warmup_tokens", "decay_tokens")}
+    if "batch_warmup" in spec:
+      warmup, field = spec["batch_warmup"], f"train.phases[{i}].batch_warmup"
+    else:  # The run's warm-up is its first phase's.
+      warmup, field = (t.get("batch_warmup") if i == 0 else None,
+                       "train.batch_warmup")
     out.append(Phase(
         index=i, start=start, num_steps=int(spec["num_steps"]),
         seq_length=int(spec["seq_length"]),
@@ -137,12 +205,84 @@ def resolve(config: ml_collections.ConfigDict) -> list[Phase]:
         learning_rate=float(spec.get("learning_rate", t.learning_rate)),
         warmup_steps=int(spec.get("warmup_steps", t.warmup_steps)),
         decay_steps=int(spec.get("decay_steps", t.decay_steps)),
-        model=tuple(sorted(model.items()))))
+        model=tuple(sorted(model.items())),
+        data=_data_overrides(spec.get("data"), d, f"train.phases[{i}].data"),
+        ramp=_ramp(warmup, int(spec["batch_size"]), int(spec["seq_length"]),
+                   int(spec["num_steps"]), field),
+        **tokens))
     start += out[-1].num_steps
   if start != t.num_steps:
     raise ValueError(f"train.phases add up to {start} steps but "
                      f"train.num_steps={t.num_steps}; make them equal.")
   return out
+
+
+def _data_overrides(entry, data, field: str) -> tuple:
+  """A phase's "data" entry as sorted (field, value) pairs, each value of
+  its default's type; ValueError naming the field for anything else."""
+  entry = _as_dict(entry or {}) if _is_mapping(entry or {}) else entry
+  if not isinstance(entry, dict):
+    raise ValueError(f"{field}={entry!r} must be a dict of data fields, e.g. "
+                     "{'mask_rate': 0.3}.")
+  bad = sorted(set(entry) - set(config_lib.PHASE_DATA_FIELDS))
+  if bad:
+    raise ValueError(
+        f"{field} sets {bad}: a phase may change only "
+        f"{', '.join(config_lib.PHASE_DATA_FIELDS)} (not the features a "
+        "batch holds, the tokenizer or the held-out data).")
+  out = {}
+  for key, value in entry.items():
+    default, name = data[key], f"{field}.{key}"
+    if isinstance(default, bool) or isinstance(default, str):
+      if type(value) is not type(default):
+        raise ValueError(f"{name}={value!r} must be a "
+                         f"{type(default).__name__}.")
+    elif isinstance(default, int):
+      value = whole_number(value, name)
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+      raise ValueError(f"{name}={value!r} must be a number.")
+    out[key] = type(default)(value)
+  return tuple(sorted(out.items()))
+
+
+def _ramp(warmup, batch_size: int, seq_length: int, num_steps: int,
+          field: str) -> tuple:
+  """Phase.ramp of a batch_warmup entry ({"start", "increment", "tokens"};
+  start 0 or no entry: no warm-up); ValueError naming the field."""
+  if warmup is None:
+    return ()
+  if not _is_mapping(warmup):
+    raise ValueError(f"{field}={warmup!r} must be a dict with "
+                     f"{', '.join(WARMUP_FIELDS)}.")
+  w = _as_dict(warmup)
+  unknown = sorted(set(w) - set(WARMUP_FIELDS))
+  if unknown:
+    raise ValueError(f"{field} has unknown keys {unknown} (it sets "
+                     f"{', '.join(WARMUP_FIELDS)}).")
+  start, increment, tokens = (whole_number(w.get(k, 0), f"{field}.{k}")
+                              for k in WARMUP_FIELDS)
+  if start == 0:
+    return ()
+  if not 0 < start < batch_size:
+    raise ValueError(f"{field}.start={start} must be in (0, the phase's "
+                     f"batch_size={batch_size}).")
+  if increment <= 0 or tokens <= 0:
+    raise ValueError(f"{field}.increment={increment} and .tokens={tokens} "
+                     "must be positive.")
+  sizes = list(range(start, batch_size, increment))
+  each = round(tokens / (seq_length * sum(sizes)))
+  if each < 1:
+    raise ValueError(
+        f"{field}.tokens={tokens} is less than one step at each of the "
+        f"sizes {sizes} ({seq_length * sum(sizes)} tokens at seq_length "
+        f"{seq_length}).")
+  if each * len(sizes) >= num_steps:
+    raise ValueError(
+        f"{field}: the warm-up takes {each * len(sizes)} steps ({each} at "
+        f"each of {len(sizes)} sizes), not fewer than the phase's num_steps="
+        f"{num_steps}.")
+  return tuple((k * each, b) for k, b in enumerate(sizes)) + (
+      (len(sizes) * each, batch_size),)
 
 
 # The form train.phases takes, quoted by every error about its shape.
@@ -177,7 +317,8 @@ def _is_mapping(x) -> bool:
   return isinstance(x, (dict, ml_collections.ConfigDict))
 
 
-def _as_int(value, field: str) -> int:
+def whole_number(value, field: str) -> int:
+  """`value` as an int; ValueError naming `field` unless a whole number."""
   if isinstance(value, bool) or not isinstance(value, (int, float)) or (
       isinstance(value, float) and not value.is_integer()):
     raise ValueError(f"{field}={value!r} must be a whole number.")
@@ -203,6 +344,8 @@ def phase_config(config: ml_collections.ConfigDict,
   out.train.batch_size = phase.batch_size
   for field, value in phase.model:
     out.model[field] = type(out.model[field])(value)
+  for field, value in phase.data:
+    out.data[field] = value
   if phase.index and config.train.phase_data == "reshuffle":
     out.train.seed = zlib.crc32(f"{config.train.seed}/phase{phase.index}"
                                 .encode())
@@ -211,3 +354,17 @@ def phase_config(config: ml_collections.ConfigDict,
 
 def is_phased(config: ml_collections.ConfigDict) -> bool:
   return bool(config.train.recipe or config.train.phases)
+
+
+def segments(phases: list[Phase]) -> list[tuple[int, int, int]]:
+  """(first step, steps, tokens per step) of every span of one batch shape,
+  in order: what a step's tokens are (batch x seq_length, padding
+  included)."""
+  return [(first, n, b * p.seq_length) for p in phases
+          for first, n, b in p.segments()]
+
+
+def tokens_before(phases: list[Phase], step: int) -> int:
+  """Tokens of the steps before step index `step` (0-based)."""
+  return sum(per * min(max(step - first, 0), n)
+             for first, n, per in segments(phases))

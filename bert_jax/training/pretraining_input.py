@@ -40,11 +40,14 @@ class PretrainingInput:
   none is given), the checkpointable train iterator and fixed eval batches.
 
   `train_config` gives the train iterator's shapes when they differ from
-  `config`'s (a run's phase); `train_iterator` builds another phase's.
+  `config`'s (a run's phase), `train_rows` its rows per batch on this host
+  when they differ from its batch size (a batch-size warm-up's common
+  divisor); `train_iterator` builds another phase's.
   """
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str,
-               train_config: ml_collections.ConfigDict | None = None):
+               train_config: ml_collections.ConfigDict | None = None,
+               train_rows: int | None = None):
     from bert_jax.data import (
       pipeline as input_pipeline,  # TensorFlow: only when training.
     )
@@ -59,7 +62,7 @@ class PretrainingInput:
     # refused naming its file and line, and leaves no file.
     data_sources.prepare_records(config.data, workdir)
     pretrained.record_tokenizer(workdir, self.tokenizer)
-    self.train_iter = self.train_iterator(train_config or config)
+    self.train_iter = self.train_iterator(train_config or config, train_rows)
     self.eval_batches = input_pipeline.create_eval_batches(
         config, self.tokenizer, self.workdir, **self._process())
     self.unigram_accuracy = unigram_baseline(self.eval_batches,
@@ -70,11 +73,14 @@ class PretrainingInput:
     return dict(process_index=jax.process_index(),
                 process_count=jax.process_count())
 
-  def train_iterator(self, config: ml_collections.ConfigDict):
-    """A fresh train iterator with `config`'s shapes and seed."""
+  def train_iterator(self, config: ml_collections.ConfigDict,
+                     rows: int | None = None):
+    """A fresh train iterator with `config`'s shapes and seed (`rows` per
+    batch on this host; None: its batch size)."""
     from bert_jax.data import pipeline as input_pipeline  # pylint: disable=g-import-not-at-top
     return input_pipeline.create_train_iterator(
-        config, self.tokenizer, self.workdir, **self._process())
+        config, self.tokenizer, self.workdir, batch_size=rows,
+        **self._process())
 
   def eval_extras(self) -> dict:
     """Reference numbers logged beside every eval."""

@@ -48,7 +48,8 @@ def init_state_fn(config, objective, tx):
   """A function () -> train state; jitted with out_shardings, never run eagerly.
 
   Objectives with fixed params (a `teacher`) get them as state["frozen"]:
-  carried through every step unchanged, checkpointed with the rest.
+  carried through every step unchanged, checkpointed with the rest. With
+  train.ema_decay, state["ema"] is the params' moving average.
   """
 
   def init():
@@ -64,6 +65,8 @@ def init_state_fn(config, objective, tx):
         nonfinite_steps=jnp.zeros((), jnp.int32),
         nonfinite_in_a_row=jnp.zeros((), jnp.int32),
     )
+    if config.train.get("ema_decay", 0.0):
+      state["ema"] = jax.tree.map(jnp.copy, params)
     if objective.teacher is not None:  # Salt 2 is the eval rng's.
       frozen = objective.teacher.make_model(
           config, nnx.Rngs(params=jax.random.fold_in(root, 3)))
@@ -76,8 +79,8 @@ def init_state_fn(config, objective, tx):
 def state_shardings(mesh, tx, abstract_state, params_sharding,
                     frozen_sharding=None) -> dict:
   """The train state's shardings: params (and frozen params) as their
-  logical names map onto the mesh, optimizer moments like their parameter,
-  scalars replicated."""
+  logical names map onto the mesh, optimizer moments and the params' moving
+  average like their parameter, scalars replicated."""
   rep = sharding.replicated(mesh)
   out = dict(
       step=rep, rng=rep, params=params_sharding,
@@ -86,6 +89,8 @@ def state_shardings(mesh, tx, abstract_state, params_sharding,
       nonfinite_steps=rep, nonfinite_in_a_row=rep)
   if frozen_sharding is not None:
     out["frozen"] = frozen_sharding
+  if "ema" in abstract_state:
+    out["ema"] = params_sharding
   return out
 
 
@@ -203,6 +208,11 @@ def train_step(state, batch, *, graphdef, tx, schedule, config, objective,
   )
   if "frozen" in state:
     new_state["frozen"] = state["frozen"]
+  if "ema" in state:  # The moving average of the params the updates kept.
+    d = float(config.train.ema_decay)
+    new_state["ema"] = keep(jax.tree.map(
+        lambda e, p: d * e + (1.0 - d) * p, state["ema"], new_params),
+                            state["ema"])
   metrics = dict(objective.metrics(sums, counts, config),
                  learning_rate=optim.learning_rate(schedule,
                                                    state["opt_state"]),

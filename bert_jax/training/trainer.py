@@ -7,7 +7,6 @@ import time
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from absl import logging
@@ -33,15 +32,6 @@ from bert_jax.training import utilization
 # ==============================================================================
 # Logging: absl lines, metrics.jsonl and TensorBoard.
 # ==============================================================================
-def _bytes_per_device(abstract_tree) -> int:
-  """Bytes of one device's shards of a tree of sharded ShapeDtypeStructs."""
-  total = 0
-  for a in jax.tree.leaves(abstract_tree):
-    shard = a.sharding.shard_shape(a.shape)
-    total += int(np.prod(shard)) * jnp.dtype(a.dtype).itemsize
-  return total
-
-
 def _latest_step(workdir: str) -> int | None:
   """The newest committed step, read before the Checkpointer (and its
   threads) exists, so that a data error stops the run without one."""
@@ -120,12 +110,14 @@ class Trainer:
     self.phases = phases_lib.resolve(config) if phases is None else phases
     latest = _latest_step(workdir)
     self._phase = phases_lib.at_step(self.phases, max((latest or 0) - 1, 0))
+    self._planned = data is None  # Pretraining: batches as the phases say.
     if data is None:
-      data = pretraining_input.PretrainingInput(config, workdir,
-                              self._phase_config(self._phase))
-    elif len(self.phases) > 1:
-      raise ValueError("train.phases / train.recipe apply to pretraining "
-                       "runs only; leave them empty here.")
+      data = pretraining_input.PretrainingInput(
+          config, workdir, self._phase_config(self._phase),
+          self._unit_rows(self._phase))
+    elif len(self.phases) > 1 or self.phases[0].ramp:
+      raise ValueError("train.phases / recipe / batch_warmup apply to "
+                       "pretraining runs only; leave them empty here.")
     self.data = data
     self.train_iter = self.data.train_iter
     self.eval_batches = self.data.eval_batches
@@ -145,8 +137,9 @@ class Trainer:
     self.batch_sharding = self.programs.batch_sharding
     self.checkpointer = manager.Checkpointer(workdir, config.checkpoint)
     self._train_steps = {}  # Global batch shape -> compiled step.
-    self._phase_steps = {}  # Phase index -> (compiled step, batch shape).
-    self._compile()
+    # (phase index, global batch) -> (compiled step, batch shape).
+    self._phase_steps, self._size = {}, None
+    self._compile(latest or 0)
 
   def _context(self):
     return self.programs.context()
@@ -157,10 +150,15 @@ class Trainer:
       return self.config
     return phases_lib.phase_config(self.config, phase)
 
-  def _compile(self):
-    """The train step of the current phase (and of the phases after it, so
-    that a later shape that does not fit fails now, not hours in) and the
-    eval step, ahead of time."""
+  def _unit_rows(self, phase) -> int | None:
+    """Rows per pipeline batch on this host: the warm-up's common divisor
+    (a step takes as many as its size needs); None: the phase's batch."""
+    return phase.unit // jax.process_count() if phase.ramp else None
+
+  def _compile(self, first_step: int):
+    """The train step of the current phase (every batch size of it, and of
+    the phases after it, so that a later shape that does not fit fails now,
+    not hours in) and the eval step, ahead of time."""
     p = self.programs
     start = time.time()
     with self._context():
@@ -170,28 +168,46 @@ class Trainer:
         if phase is not self._phase:
           _log_memory(f"the train step of phase {phase.index + 1}/"
                       f"{len(self.phases)} ({phase.describe()})", step)
-      self.train_step, self._config_shape = self._phase_steps[
-          self._phase.index]
+      self._use_batch(first_step)
       self._compile_eval(self._phase)
     self.compile_seconds = time.time() - start
     if "frozen" in p.abstract_state:
       logging.info("Frozen params (no gradient, no optimizer state): %.1f MB "
-                   "per device.", _bytes_per_device(p.abstract_state["frozen"])
-                   / 2**20)
+                   "per device.", compiled_lib.bytes_per_device(
+                       p.abstract_state["frozen"]) / 2**20)
     _log_memory(f"train step in {self.compile_seconds:.1f}s", self.train_step)
 
   def _compile_phase(self, phase):
-    """The train step of `phase` (its shapes and model), compiled once."""
-    if phase.index not in self._phase_steps:
-      p = self.programs
-      spec = p.batch_spec(phase.batch_size, phase.seq_length,
-                          phase.max_predictions_per_seq)
-      train_step, _ = p.steps_for(self._phase_config(phase))
-      self._phase_steps[phase.index] = (
-          compiled_lib.compile_ahead(train_step, p.abstract_state,
-                                     spec).executable,
-          spec["input_ids"].shape)
-    return self._phase_steps[phase.index][0]
+    """The train steps of `phase` (its shapes, each batch size of a warm-up,
+    its model), compiled once; returns the one of its full batch."""
+    p = self.programs
+    train_step, _ = p.steps_for(self._phase_config(phase))
+    for size in phase.batch_sizes:
+      if (phase.index, size) not in self._phase_steps:
+        spec = p.batch_spec(size, phase.seq_length,
+                            phase.max_predictions_per_seq)
+        compiled = compiled_lib.compile_ahead(train_step, p.abstract_state,
+                                              spec)
+        self._phase_steps[(phase.index, size)] = (
+            compiled.executable, spec["input_ids"].shape)
+    return self._phase_steps[(phase.index, phase.batch_size)][0]
+
+  def _use_batch(self, step: int) -> None:
+    """The current phase's compiled step for step index `step`'s batch."""
+    previous, self._size = self._size, self._phase.batch_at(step)
+    self.train_step, self._config_shape = self._phase_steps[
+        (self._phase.index, self._size)]
+    if self._phase.ramp and self._size != previous:
+      logging.info("Global batch %d from step %d (%d tokens before it).",
+                   self._size, step,
+                   phases_lib.tokens_before(self.phases, step))
+
+  def _next_batch(self) -> dict:
+    """This host's rows of the next step (a warm-up step: as many pipeline
+    batches as its size takes)."""
+    if not self._phase.ramp:
+      return next(self.train_iter)
+    return self.train_iter.next_rows(self._size // jax.process_count())
 
   def _compile_eval(self, phase) -> None:
     """The eval step of `phase`'s model (the caller's evaluate compiles
@@ -229,7 +245,8 @@ class Trainer:
     train.phase_data), and its step, compiled at start-up."""
     consumed = self.train_iter.examples_consumed
     stats = dict(self.train_iter.stats)
-    self.train_iter = self.data.train_iterator(self._phase_config(phase))
+    self.train_iter = self.data.train_iterator(self._phase_config(phase),
+                                               self._unit_rows(phase))
     self.train_iter.stats.update(stats)
     where = "the pipeline again with its own seed"
     if self.config.train.phase_data == "continue":
@@ -239,7 +256,7 @@ class Trainer:
     logging.info("Phase %d/%d from step %d: %s; data: %s.", phase.index + 1,
                  len(self.phases), step, phase.describe(), where)
     previous, self._phase = self._phase, phase
-    self.train_step, self._config_shape = self._phase_steps[phase.index]
+    self._use_batch(step)
     if phase.model != previous.model:
       with self._context():
         self._compile_eval(phase)
@@ -265,13 +282,14 @@ class Trainer:
         # The newest step was unreadable and the one restored is of another
         # phase: its data position is in that phase's pipeline.
         self._phase = phase
-        self.train_iter = self.data.train_iterator(self._phase_config(phase))
+        self.train_iter = self.data.train_iterator(self._phase_config(phase),
+                                                   self._unit_rows(phase))
         state = self.checkpointer.restore(step, self.abstract_state,
                                           self.train_iter, self.config)
         with self._context():
           self._compile_phase(phase)
           self._compile_eval(phase)
-        self.train_step, self._config_shape = self._phase_steps[phase.index]
+      self._use_batch(step)
       logging.info("Resumed from checkpoint step %d in %s.", step,
                    self.checkpointer.directory)
       return state
@@ -282,6 +300,8 @@ class Trainer:
           state["params"], self.abstract_state["params"]))
     elif self.config.train.init_from:
       state = dict(state, params=self._init_params(self.config.train.init_from))
+    if "ema" in state:  # The average starts at the params the run starts at.
+      state["ema"] = jax.tree.map(lambda x: x.copy(), state["params"])
     return state
 
   def _init_params(self, path: str):
@@ -375,7 +395,9 @@ class Trainer:
         self._enter_phase(phases_lib.at_step(self.phases, step), step)
         phase_config = self._phase_config(self._phase)
         throughput.restart()
-      batch = sharding.global_batch(next(self.train_iter), self.batch_sharding)
+      if self._phase.batch_at(step) != self._size:  # A warm-up's next size.
+        self._use_batch(step)
+      batch = sharding.global_batch(self._next_batch(), self.batch_sharding)
       state, metrics = self._train_step_for(batch)(state, batch)
       throughput.add(metrics.pop("work"))
       done = step + 1
@@ -391,6 +413,9 @@ class Trainer:
         self._nonfinite.flush()  # Apply train.nonfinite_policy so far.
         metrics = {k: float(v) for k, v in metrics.items() if k != "finite"}
         metrics.update(rates)
+        if self._planned:  # Batch size and tokens as the phases plan them.
+          metrics.update(batch_size=float(self._size), tokens_seen=float(
+              phases_lib.tokens_before(self.phases, done)))
         eta = (train.num_steps - done) / max(rates["steps_per_sec"], 1e-9)
         logging.info(
             "step %d/%d  %s  lr %.2e  grad_norm %.3f  tokens/s %.0f real "
@@ -409,7 +434,7 @@ class Trainer:
             eval_metrics, everything=self._evaluate_fn is not None),
                      "".join(f"  ({k} {v:.4f})" for k, v in extras.items()))
         writer.write(done, "eval", eval_metrics)
-        last_metrics = {**last_metrics,
+        last_metrics = {**last_metrics, "eval_step": done,
                         **{f"eval_{k}": v for k, v in eval_metrics.items()}}
       preempted = self._preemption.reached(done)
       if (done % config.checkpoint.save_every_steps == 0 or is_last or
