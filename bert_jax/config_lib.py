@@ -47,6 +47,14 @@ def model_config(size: str = "base") -> ml_collections.ConfigDict:
       attention_probs_dropout_prob=0.1,
       max_position_embeddings=512,
       type_vocab_size=2,  # 0: no segment embeddings (DistilBERT).
+      # The padding token's id (HF ``pad_token_id``). With
+      # positions_from_pad (RoBERTa, XLM-R) it sets the positions: a token's
+      # position id is pad_token_id + 1 + its index among the row's tokens
+      # that are not padding (HF's ``create_position_ids_from_input_ids``),
+      # padding takes pad_token_id, so rows hold at most
+      # max_position_embeddings - pad_token_id - 1 tokens.
+      pad_token_id=0,
+      positions_from_pad=False,
       # ALBERT layer sharing (HF AlbertConfig): num_hidden_layers applications
       # of num_hidden_groups groups of inner_group_num layers each.
       num_hidden_groups=1,
@@ -184,7 +192,8 @@ def objective_config() -> ml_collections.ConfigDict:
       # Pretraining (bert_jax/families/): bert: MLM (+ NSP/SOP per
       # data.objective); albert: the same on the shared-layer ALBERT model;
       # electra: replaced-token detection; distil: DistilBERT distillation;
-      # modernbert: ModernBERT's MLM. Fine-tuning sets its task kind's
+      # modernbert: ModernBERT's MLM; roberta, xlm-roberta: MLM alone on
+      # RoBERTa's encoder. Fine-tuning sets its task kind's
       # (bert_jax/tasks/): classify, token_classify, span_qa.
       name="bert",
       # distil: the teacher (our workdir, an imported or Hugging Face BERT
@@ -209,8 +218,9 @@ def objective_config() -> ml_collections.ConfigDict:
       gen_weight=1.0,  # MLM (generator) loss weight.
       disc_weight=50.0,  # Replaced-token-detection loss weight.
       # Fine-tuning objectives: the family whose encoder carries the task
-      # head (bert, albert, electra, distilbert, modernbert; set from
-      # train.init_from): the head's layout and Hugging Face class follow it.
+      # head (bert, albert, electra, distilbert, modernbert, roberta,
+      # xlm-roberta; set from train.init_from): the head's layout and
+      # Hugging Face class follow it.
       encoder="bert",
   ))
 

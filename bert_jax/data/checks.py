@@ -16,6 +16,7 @@ from __future__ import annotations
 import ml_collections
 
 from bert_jax import config_lib
+from bert_jax.models import bert
 from bert_jax.models import splash
 
 # The input pipeline's limit (masking keys hold positions up to 2^13;
@@ -27,10 +28,15 @@ def check_sequence(config: ml_collections.ConfigDict) -> None:
   """data.seq_length fits the model's positions, the pipeline and the
   attention kernel."""
   data, model = config.data, config.model
-  if data.seq_length > model.max_position_embeddings:
+  offset = bert.position_offset(model)
+  if data.seq_length > model.max_position_embeddings - offset:
+    shift = (f" less the {offset} positions before the first token's "
+             "(model.positions_from_pad: positions start at "
+             f"model.pad_token_id + 1 = {offset})") if offset else ""
     raise ValueError(
         f"data.seq_length={data.seq_length} exceeds "
-        f"model.max_position_embeddings={model.max_position_embeddings}.")
+        f"model.max_position_embeddings={model.max_position_embeddings}"
+        f"{shift}.")
   if data.seq_length > MAX_SEQ_LENGTH:
     raise ValueError(f"data.seq_length={data.seq_length} exceeds the "
                      f"pipeline's limit of {MAX_SEQ_LENGTH}.")

@@ -33,7 +33,7 @@ from bert_jax.hf import vocab
 ARCH_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
                "num_attention_heads", "intermediate_size",
                "max_position_embeddings", "type_vocab_size", "hidden_act",
-               "layer_norm_eps")
+               "layer_norm_eps", "positions_from_pad", "pad_token_id")
 
 UNTRAINED_HEADS_NOTE = "UNTRAINED_HEADS.md"
 # config.json special-token ids (ModernBertConfig's) -> the

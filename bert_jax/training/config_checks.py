@@ -48,6 +48,13 @@ def check_tokenizer(config: ml_collections.ConfigDict, tok) -> None:
   if missing:
     raise ValueError(f"Tokenizer {tok.path} lacks the special token(s) "
                      f"{', '.join(missing)}.")
+  model = config.model
+  if model.positions_from_pad and tok.pad_id != int(model.pad_token_id):
+    raise ValueError(
+        f"model.pad_token_id={model.pad_token_id}, but the padding token of "
+        f"the tokenizer {tok.path} is id {tok.pad_id}: positions count from "
+        "the padding id (model.positions_from_pad), so they must agree; set "
+        f"--config.model.pad_token_id={tok.pad_id}.")
 
 
 def _check_objective(config) -> None:

@@ -125,7 +125,8 @@ def test_gpt2_directory_says_what_it_is(tmp_path):
   assert str(e.value) == (
       f"train.init_from: {d} is a Hugging Face 'gpt2' model "
       "(GPT2LMHeadModel), not an encoder bert_jax reads (model_type 'albert',"
-      " 'bert', 'distilbert', 'electra', 'modernbert').")
+      " 'bert', 'distilbert', 'electra', 'modernbert', 'roberta', "
+      "'xlm-roberta').")
 
 
 def _distil(teacher, **model):
