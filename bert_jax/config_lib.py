@@ -13,7 +13,7 @@ what they need; users override anything on the command line
 
 import ml_collections
 
-TOKENIZER_TYPES = ("sentencepiece", "wordpiece")
+TOKENIZER_TYPES = ("sentencepiece", "wordpiece", "hf_json")
 # Sentence-level objective of pretraining batches (data.objective).
 NSP, SOP, PACKED = "nsp", "sop", "packed"
 SENTENCE_OBJECTIVES = (NSP, SOP, PACKED)
@@ -135,7 +135,10 @@ def data_config() -> ml_collections.ConfigDict:
       # reruns and by other runs given the same dir, e.g. gs://b/prepared);
       # "" = WORKDIR/prepared.
       prepared_dir="",
-      # Tokenizer: "sentencepiece" (a .model file) or "wordpiece" (vocab.txt).
+      # Tokenizer: "sentencepiece" (a .model file), "wordpiece" (vocab.txt)
+      # or "hf_json" (a Hugging Face tokenizer.json: byte-level BPE,
+      # SentencePiece, WordPiece; trained here: a byte-level BPE with
+      # RoBERTa's special tokens, cased whatever lower_case says).
       tokenizer_type="sentencepiece",
       tokenizer_path="",  # Empty: train one on the corpus, cached in workdir.
       # Size requested when a tokenizer is trained (the model's embedding

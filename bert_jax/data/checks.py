@@ -53,7 +53,7 @@ def check_pretraining(config: ml_collections.ConfigDict) -> None:
   data, model = config.data, config.model
   if data.tokenizer_type not in config_lib.TOKENIZER_TYPES:
     raise ValueError(f"data.tokenizer_type={data.tokenizer_type!r} must be "
-                     "'sentencepiece' or 'wordpiece'.")
+                     f"one of {', '.join(map(repr, config_lib.TOKENIZER_TYPES))}.")
   if not data.tokenizer_path and data.tokenizer_vocab_size < 16:
     raise ValueError(f"data.tokenizer_vocab_size={data.tokenizer_vocab_size} "
                      "is too small (need >= 16).")

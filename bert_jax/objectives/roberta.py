@@ -54,8 +54,12 @@ def published_config(size: str, family: str = "roberta"):
       positions_from_pad=True, layer_norm_eps=1e-5, hidden_act="gelu",
       hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
       **SIZES[size])
+  # Its tokenizer: init_from's (continued pretraining), or a byte-level BPE
+  # with RoBERTa's special tokens trained on the corpus (<pad> = 1).
   config.data.update(seq_length=512, max_predictions_per_seq=80,
-                     mask_rate=0.15, nsp=False, objective="packed")
+                     mask_rate=0.15, nsp=False, objective="packed",
+                     tokenizer_type="hf_json",
+                     tokenizer_vocab_size=VOCAB_SIZES[family])
   config.train.update(
       num_steps=500_000, batch_size=8192,
       learning_rate=6e-4 if size == "base" else 4e-4,

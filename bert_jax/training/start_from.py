@@ -13,13 +13,14 @@ mean other tokens: ``data.tokenizer_vocab_size`` does not apply).
   field);
 - the run's ``data.tokenizer_type/tokenizer_path/lower_case`` become the
   source's tokenizer (its ``tokenizer/record.json``, or the vocab.txt /
-  spiece.model of a Hugging Face or imported directory);
+  spiece.model / tokenizer.json of a Hugging Face or imported directory);
 - a ``data.tokenizer_path`` naming another vocabulary, or two sources with
   different tokenizers, are refused with one line naming both. A source
-  whose only tokenizer is a ``tokenizer.json`` (a byte-level BPE, which
-  bert_jax does not run, or any other kind) is compared by ids: the given
-  tokenizer must tokenize a probe text (:data:`PROBE`) as the
-  ``tokenizers`` library does with that file.
+  whose only tokenizer is a ``tokenizer.json`` runs it (``hf_json``: a
+  byte-level BPE, SentencePiece or WordPiece, host-side); a given tokenizer
+  of another kind is used instead when it tokenizes a probe text
+  (:data:`PROBE`) as the ``tokenizers`` library does with that file, and
+  refused otherwise.
 
 A run that resumes from its own checkpoint uses the tokenizer it recorded
 when it started, so the source may be gone by then.
@@ -65,7 +66,7 @@ def _same(a, b) -> bool:
 
 
 def _describe(spec) -> str:
-  case = ("" if spec.kind == "sentencepiece" else
+  case = ("" if spec.kind != "wordpiece" else
           ", uncased" if spec.lower_case else ", cased")
   return f"{spec.path} ({spec.kind}{case})"
 
@@ -112,13 +113,14 @@ def _probe_difference(given, tokenizer_json: str) -> str | None:
 
 
 def _source_tokenizer(field: str, path: str, given, config):
-  """The tokenizer the params at `path` were trained with; None when it
-  ships none that bert_jax runs and the config names one (`given`, a
-  TokenizerSpec): that one must then give the ids of the source's
-  tokenizer.json on a probe text, or is refused. train.init_from's
-  architecture is checked here too (a teacher's family and architecture
-  with the config, ``check_teacher``): before the run writes anything,
-  not after its compile."""
+  """The tokenizer the params at `path` were trained with; None when the
+  config names one (`given`, a TokenizerSpec) that is used instead: when
+  the source ships none, or only a tokenizer.json that `given` (a
+  tokenizer of another kind, run in graph) tokenizes a probe text as
+  (otherwise refused). train.init_from's architecture is checked here too
+  (a teacher's family and architecture with the config,
+  ``check_teacher``): before the run writes anything, not after its
+  compile."""
   try:
     source = pretrained.resolve(path)
   except (ValueError, FileNotFoundError) as e:
@@ -126,28 +128,29 @@ def _source_tokenizer(field: str, path: str, given, config):
   if field == "train.init_from":
     pretrained.check_fits(source, config.model, field)
   try:
-    return pretrained.tokenizer_spec(source)
+    spec = pretrained.tokenizer_spec(source)
   except FileNotFoundError as e:
-    shipped = pretrained.shipped_tokenizer_json(source)
-    if given is not None and shipped is not None:
-      difference = _probe_difference(given, shipped)
-      if difference is not None:
-        raise ValueError(
-            f"data.tokenizer_path: {given.path} is not the tokenizer "
-            f"{field}={path} was trained with ({shipped}, a "
-            f"{tokenizer_files.tokenizer_json_kind(shipped)}): {difference}, "
-            "so its embeddings would be read with other token ids.") from None
-      logging.info("data.tokenizer_path=%s gives the token ids of %s on a "
-                   "probe text.", given.path, shipped)
-      return None
     if given is not None:
       logging.warning("%s=%s ships no tokenizer file to compare with (%s); "
                       "using data.tokenizer_path as given.", field, path, e)
       return None
     raise FileNotFoundError(
-        f"{field}: {e} Set data.tokenizer_path to a tokenizer bert_jax runs "
-        "that gives the same token ids (checked on a probe text), if there "
-        "is one.") from None
+        f"{field}: {e} Set data.tokenizer_path to the tokenizer its params "
+        "were trained with.") from None
+  if spec.kind == "hf_json" and given is not None and given.kind != "hf_json":
+    # A tokenizer that runs in graph (a WordPiece tokenizer.json's
+    # vocab.txt) is used instead when it gives the same ids.
+    difference = _probe_difference(given, spec.path)
+    if difference is not None:
+      raise ValueError(
+          f"data.tokenizer_path: {given.path} is not the tokenizer "
+          f"{field}={path} was trained with ({spec.path}, a "
+          f"{tokenizer_files.tokenizer_json_kind(spec.path)}): {difference}, "
+          "so its embeddings would be read with other token ids.")
+    logging.info("data.tokenizer_path=%s gives the token ids of %s on a "
+                 "probe text.", given.path, spec.path)
+    return None
+  return spec
 
 
 def check_teacher(config) -> None:
