@@ -109,8 +109,9 @@ def data_config() -> ml_collections.ConfigDict:
   (records, one document each, its text in field ``text_field``; prepared
   once into text files under ``prepared_dir``) or ``tfds:NAME[:SPLIT]`` (a
   prepared TFDS dataset under ``tfds_data_dir``, text in feature
-  ``tfds_text_key``), with an optional mixing weight ``@W``. Several sources
-  are separated by ``;``.
+  ``tfds_text_key``) or ``shards:DIR`` (pre-tokenized by ``python -m
+  bert_jax.pretokenize``), with an optional mixing weight ``@W``. Several
+  sources are separated by ``;``.
   """
   return ml_collections.ConfigDict(dict(
       # Training sources, e.g. "gs://b/wiki/*.txt@0.7;tfds:wikipedia/20230601.en:train@0.3".
@@ -176,6 +177,12 @@ def data_config() -> ml_collections.ConfigDict:
       block_lines=1024,
       max_line_bytes=65536,  # Longer lines are truncated (and counted).
       shuffle_buffer=4096,  # Examples; 0 = no shuffling.
+      # shards: sources (bert_jax/data/shard_source.py): "global" reads
+      # the blocks of all shards in a new pseudo-random order every epoch;
+      # "files" in the text pipeline's order (shards permuted per epoch,
+      # cycle_length of them interleaved: the batches of a run from the
+      # text files).
+      shard_order="global",
       cycle_length=8,  # Files read concurrently.
       num_eval_batches=8,
   ))

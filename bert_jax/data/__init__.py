@@ -15,6 +15,9 @@
                     graph; a byte-level BPE with RoBERTa's specials trained
   examples.py       NSP / SOP pairs and packed sequences from blocks of lines
   masking.py        MLM masking inside the tf.data graph (stateless, resumable)
+  shard_format.py   pre-tokenized shards: blocks, offsets, the manifest
+  pretokenizing.py  a corpus's text files into shards over worker processes
+  shard_source.py   a shards:DIR source: global order per epoch, resumable
   packing.py        several examples per row: best-fit decreasing in windows
   pipeline.py       assembles the pretraining tf.data pipeline
   iterator.py       per-host batches with a saveable state and data counters

@@ -58,6 +58,10 @@ def check_pretraining(config: ml_collections.ConfigDict) -> None:
     raise ValueError(f"data.tokenizer_vocab_size={data.tokenizer_vocab_size} "
                      "is too small (need >= 16).")
   check_sequence(config)
+  order = data.get("shard_order", "global")
+  if order not in ("global", "files"):
+    raise ValueError(f"data.shard_order={order!r} must be 'global' or "
+                     "'files'.")
   if not 1 <= data.max_predictions_per_seq <= data.seq_length:
     raise ValueError(
         f"data.max_predictions_per_seq={data.max_predictions_per_seq} must be "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ml_collections
 
 from bert_jax import compose
+from bert_jax.data import shard_format
 from bert_jax.models import bert
 from bert_jax.training import optim
 from bert_jax.training import phases as phases_lib
@@ -158,6 +159,8 @@ def _check_sources(data) -> None:
     for s in srcs:
       if s.kind == data_sources.TFDS:
         data_sources.tfds_builder(s, data.tfds_data_dir)
+      elif s.kind == data_sources.SHARDS:
+        shard_format.read_manifest(s.spec, f"data.{field}")
       else:  # Text, JSONL or Parquet files (records: the first one's form).
         files, _ = data_sources.resolve_text_files(s, f"data.{field}")
         data_sources.check_records(

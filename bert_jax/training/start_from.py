@@ -38,6 +38,7 @@ from bert_jax import compose
 from bert_jax import families
 from bert_jax import pretrained
 from bert_jax.checkpoints import reading as checkpoint_reading
+from bert_jax.data import shard_format
 from bert_jax.data import tokenizers as tokenizers_lib
 from bert_jax.hf import tokenizer_files
 
@@ -183,9 +184,48 @@ def check_teacher(config) -> None:
 
 def resolve(config, workdir: str) -> ml_collections.ConfigDict:
   """`config` with the tokenizer of the params it starts from (a copy;
-  `config` itself when it starts from none). ValueError or
-  FileNotFoundError, one sentence naming the field, when a source is no
-  checkpoint or the tokenizers disagree."""
+  `config` itself when it starts from none), else of the pre-tokenized
+  shards it reads. ValueError or FileNotFoundError, one sentence naming the
+  field, when a source is no checkpoint or the tokenizers disagree (the
+  shards' too)."""
+  return _with_shards(_from_params(config, workdir))
+
+
+def _shard_manifests(data) -> list:
+  """(field, manifest) of every shards source of `data`."""
+  from bert_jax.data import sources as data_sources  # TensorFlow's gfile.
+  return [(f"data.{field}", shard_format.read_manifest(s.spec,
+                                                       f"data.{field}"))
+          for field in ("sources", "eval_sources")
+          for s in data_sources.parse_sources(data.get(field, ""),
+                                              f"data.{field}")
+          if s.kind == data_sources.SHARDS]
+
+
+def _with_shards(config) -> ml_collections.ConfigDict:
+  """Shards are token ids of one tokenizer: a run that names none (and
+  starts from no params) takes theirs; any other is refused, as are shards
+  cut into other blocks than the config's (``shard_format.check_run``)."""
+  manifests = _shard_manifests(config.data)
+  if not manifests:
+    return config
+  if not config.data.tokenizer_path:
+    field, m = manifests[0]
+    config = _with(config, tokenizer_files.TokenizerSpec(
+        m.tokenizer["kind"], m.tokenizer_path,
+        bool(m.tokenizer["lower_case"])),
+                   f"the one {field}: shards:{m.directory} were made with")
+  data = config.data
+  digest = shard_format.tokenizer_hash(data.tokenizer_path,
+                                       data.tokenizer_type,
+                                       bool(data.lower_case))
+  for field, m in manifests:
+    shard_format.check_run(m, data, digest, data.tokenizer_path, field)
+  return config
+
+
+def _from_params(config, workdir: str) -> ml_collections.ConfigDict:
+  """`config` with the tokenizer of the params it starts from."""
   found = sources(config)
   if not found:
     return config
