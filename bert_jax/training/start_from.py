@@ -151,7 +151,29 @@ def _source_tokenizer(field: str, path: str, given, config):
     logging.info("data.tokenizer_path=%s gives the token ids of %s on a "
                  "probe text.", given.path, spec.path)
     return None
+  if field == "train.init_from":
+    _check_source_tokenizer(path, spec, source)
   return spec
+
+
+def _check_source_tokenizer(path: str, spec, source) -> None:
+  """train.init_from's tokenizer has the special tokens masked-LM training
+  needs and no more tokens than the source's embedding table has rows
+  (ValueError naming both, before anything is written)."""
+  tok = tokenizers_lib.load(spec.path, spec.kind, spec.lower_case)
+  missing = tok.missing_special_tokens
+  if missing:
+    raise ValueError(
+        f"train.init_from: {path}'s tokenizer {spec.path} lacks the special "
+        f"token(s) {', '.join(missing)}: masked-LM training needs them.")
+  rows = (int(source.config.model.vocab_size) if source.config is not None
+          else None)
+  if rows is not None and tok.vocab_size > rows:
+    raise ValueError(
+        f"train.init_from: {path}'s tokenizer {spec.path} has "
+        f"{tok.vocab_size} tokens, but its embedding table has {rows} rows "
+        f"(model.vocab_size): ids {rows} and up would have no embedding; the "
+        "tokenizer is not the one these params were trained with.")
 
 
 def check_teacher(config) -> None:
@@ -189,6 +211,60 @@ def resolve(config, workdir: str) -> ml_collections.ConfigDict:
   field, when a source is no checkpoint or the tokenizers disagree (the
   shards' too)."""
   return _with_shards(_from_params(config, workdir))
+
+
+# Model fields that are how a run computes, not what its params are: never
+# taken from init_from; and fields the user may set to another value than
+# init_from's (dropout, the size of a task head).
+_RUNTIME_FIELDS = ("dtype", "attention_impl", "splash_interpret", "fused_qkv",
+                   "remat_policy")
+_FREE_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob",
+                "classifier_dropout_prob", "num_labels")
+
+
+def adopt_architecture(config, overrides) -> ml_collections.ConfigDict:
+  """`config` with train.init_from's model config (a copy): the source
+  decides the architecture and vocabulary, not the config file's sizes.
+  `overrides`: the config fields the user set ("model.hidden_size", from
+  the command line); one that contradicts the source is refused naming
+  both values (a larger model.vocab_size only pads the table), as is a
+  source of another family than the run's. Runs that start from nothing
+  are returned as they are."""
+  path = config.train.init_from
+  if not path:
+    return config
+  try:
+    source = pretrained.resolve(path)
+  except (ValueError, FileNotFoundError) as e:
+    raise type(e)(f"train.init_from: {e}") from None
+  if source.config is None:
+    return config
+  have, want = compose.family(source.config), compose.family(config)
+  if have.name != want.name:
+    raise ValueError(
+        f"train.init_from: {path} holds a {have.title} model "
+        f"({source.objective!r}), but the config trains "
+        f"objective.name={config.objective.name!r} ({want.title}); use a "
+        f"{have.title} config.")
+  out = ml_collections.ConfigDict(config.to_dict())
+  taken = []
+  for field, theirs in source.config.model.items():
+    mine = out.model.get(field)
+    if field in _RUNTIME_FIELDS or mine == theirs:
+      continue
+    if f"model.{field}" in overrides:
+      if field in _FREE_FIELDS or (field == "vocab_size" and
+                                   int(mine) > int(theirs)):
+        continue
+      raise ValueError(
+          f"train.init_from: {path} has model.{field}={theirs}, but "
+          f"--config.model.{field}={mine} was given: the source's config "
+          "decides the architecture; drop the override.")
+    out.model[field] = theirs
+    taken.append(f"{field}={theirs}")
+  if taken:
+    logging.info("Model from train.init_from=%s: %s.", path, ", ".join(taken))
+  return out
 
 
 def _shard_manifests(data) -> list:

@@ -13,6 +13,8 @@ tokenizer_config.json), one per kind bert_jax runs with
 
 `TEXT` is real text with accents, CJK, emoji, URLs and control characters
 (no NUL, no line breaks, nothing to strip at either end, single spaces).
+`roberta_dir` and `modernbert_dir` save transformers' own random-init
+masked LMs beside a RoBERTa-layout and a ModernBERT-layout BPE.
 """
 
 from __future__ import annotations
@@ -132,3 +134,47 @@ def modernbert_bpe(directory: str, vocab_size: int = 800) -> str:
 
 BUILDERS = {"byte_level_bpe": byte_level_bpe, "xlmr_unigram": xlmr_unigram,
             "wordpiece": wordpiece, "modernbert_bpe": modernbert_bpe}
+
+
+# -----------------------------------------------------------------------------
+# Tiny Hugging Face checkpoints with these tokenizers (transformers' own
+# random init, saved by transformers).
+# -----------------------------------------------------------------------------
+def roberta_dir(directory: str, vocab_size: int | None = None,
+                tokenizer_size: int = 800) -> str:
+  """A RobertaForMaskedLM directory (2 x 64, positions for 64 tokens) with
+  the byte-level BPE of RoBERTa's layout; `vocab_size`: its table's rows
+  (default: the tokenizer's)."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  byte_level_bpe(directory, tokenizer_size)
+  torch.manual_seed(0)
+  config = transformers.RobertaConfig(
+      vocab_size=vocab_size or tokenizer_size, hidden_size=64,
+      num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+      max_position_embeddings=66, type_vocab_size=1, pad_token_id=1,
+      bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5)
+  transformers.RobertaForMaskedLM(config).save_pretrained(directory)
+  return directory
+
+
+def modernbert_dir(directory: str, tokenizer_size: int = 800) -> str:
+  """A ModernBertForMaskedLM directory (3 x 64: global, sliding, sliding;
+  a 16-token window) with a byte-level BPE of ModernBERT's special
+  tokens."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  path = modernbert_bpe(directory, tokenizer_size)
+  ids = Tokenizer.from_file(path).get_vocab()
+  torch.manual_seed(0)
+  config = transformers.ModernBertConfig(
+      vocab_size=tokenizer_size, hidden_size=64, num_hidden_layers=3,
+      num_attention_heads=4, intermediate_size=96,
+      max_position_embeddings=128, local_attention=16,
+      layer_types=["full_attention", "sliding_attention",
+                   "sliding_attention"],
+      pad_token_id=ids["[PAD]"], cls_token_id=ids["[CLS]"],
+      sep_token_id=ids["[SEP]"], bos_token_id=ids["[CLS]"],
+      eos_token_id=ids["[SEP]"])
+  transformers.ModernBertForMaskedLM(config).save_pretrained(directory)
+  return directory
