@@ -13,7 +13,7 @@ what they need; users override anything on the command line
 
 import ml_collections
 
-TOKENIZER_TYPES = ("sentencepiece", "wordpiece")
+TOKENIZER_TYPES = ("sentencepiece", "wordpiece", "hf_json")
 # Sentence-level objective of pretraining batches (data.objective).
 NSP, SOP, PACKED = "nsp", "sop", "packed"
 SENTENCE_OBJECTIVES = (NSP, SOP, PACKED)
@@ -47,6 +47,14 @@ def model_config(size: str = "base") -> ml_collections.ConfigDict:
       attention_probs_dropout_prob=0.1,
       max_position_embeddings=512,
       type_vocab_size=2,  # 0: no segment embeddings (DistilBERT).
+      # The padding token's id (HF ``pad_token_id``). With
+      # positions_from_pad (RoBERTa, XLM-R) it sets the positions: a token's
+      # position id is pad_token_id + 1 + its index among the row's tokens
+      # that are not padding (HF's ``create_position_ids_from_input_ids``),
+      # padding takes pad_token_id, so rows hold at most
+      # max_position_embeddings - pad_token_id - 1 tokens.
+      pad_token_id=0,
+      positions_from_pad=False,
       # ALBERT layer sharing (HF AlbertConfig): num_hidden_layers applications
       # of num_hidden_groups groups of inner_group_num layers each.
       num_hidden_groups=1,
@@ -101,8 +109,9 @@ def data_config() -> ml_collections.ConfigDict:
   (records, one document each, its text in field ``text_field``; prepared
   once into text files under ``prepared_dir``) or ``tfds:NAME[:SPLIT]`` (a
   prepared TFDS dataset under ``tfds_data_dir``, text in feature
-  ``tfds_text_key``), with an optional mixing weight ``@W``. Several sources
-  are separated by ``;``.
+  ``tfds_text_key``) or ``shards:DIR`` (pre-tokenized by ``python -m
+  bert_jax.pretokenize``), with an optional mixing weight ``@W``. Several
+  sources are separated by ``;``.
   """
   return ml_collections.ConfigDict(dict(
       # Training sources, e.g. "gs://b/wiki/*.txt@0.7;tfds:wikipedia/20230601.en:train@0.3".
@@ -132,7 +141,10 @@ def data_config() -> ml_collections.ConfigDict:
       # reruns and by other runs given the same dir, e.g. gs://b/prepared);
       # "" = WORKDIR/prepared.
       prepared_dir="",
-      # Tokenizer: "sentencepiece" (a .model file) or "wordpiece" (vocab.txt).
+      # Tokenizer: "sentencepiece" (a .model file), "wordpiece" (vocab.txt)
+      # or "hf_json" (a Hugging Face tokenizer.json: byte-level BPE,
+      # SentencePiece, WordPiece; trained here: a byte-level BPE with
+      # RoBERTa's special tokens, cased whatever lower_case says).
       tokenizer_type="sentencepiece",
       tokenizer_path="",  # Empty: train one on the corpus, cached in workdir.
       # Size requested when a tokenizer is trained (the model's embedding
@@ -170,6 +182,12 @@ def data_config() -> ml_collections.ConfigDict:
       block_lines=1024,
       max_line_bytes=65536,  # Longer lines are truncated (and counted).
       shuffle_buffer=4096,  # Examples; 0 = no shuffling.
+      # shards: sources (bert_jax/data/shard_source.py): "global" reads
+      # the blocks of all shards in a new pseudo-random order every epoch;
+      # "files" in the text pipeline's order (shards permuted per epoch,
+      # cycle_length of them interleaved: the batches of a run from the
+      # text files).
+      shard_order="global",
       cycle_length=8,  # Files read concurrently.
       num_eval_batches=8,
   ))
@@ -189,7 +207,8 @@ def objective_config() -> ml_collections.ConfigDict:
       # Pretraining (bert_jax/families/): bert: MLM (+ NSP/SOP per
       # data.objective); albert: the same on the shared-layer ALBERT model;
       # electra: replaced-token detection; distil: DistilBERT distillation;
-      # modernbert: ModernBERT's MLM. Fine-tuning sets its task kind's
+      # modernbert: ModernBERT's MLM; roberta, xlm-roberta: MLM alone on
+      # RoBERTa's encoder. Fine-tuning sets its task kind's
       # (bert_jax/tasks/): classify, token_classify, span_qa.
       name="bert",
       # distil: the teacher (our workdir, an imported or Hugging Face BERT
@@ -214,8 +233,9 @@ def objective_config() -> ml_collections.ConfigDict:
       gen_weight=1.0,  # MLM (generator) loss weight.
       disc_weight=50.0,  # Replaced-token-detection loss weight.
       # Fine-tuning objectives: the family whose encoder carries the task
-      # head (bert, albert, electra, distilbert, modernbert; set from
-      # train.init_from): the head's layout and Hugging Face class follow it.
+      # head (bert, albert, electra, distilbert, modernbert, roberta,
+      # xlm-roberta; set from train.init_from): the head's layout and
+      # Hugging Face class follow it.
       encoder="bert",
   ))
 

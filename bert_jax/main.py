@@ -6,6 +6,8 @@ Overrides: ``--config.train.num_steps=20``. Multi-host: on Cloud TPU VMs
 ``--num_processes`` and ``--process_id``.
 """
 
+import sys
+
 from bert_jax import cli
 from bert_jax.training import trainer as trainer_lib
 
@@ -16,8 +18,13 @@ FLAGS = cli.FLAGS
 def main(argv):
   del argv
   cli.setup()
+  # The fields set on the command line: train.init_from's config decides
+  # the others' architecture (start_from.adopt_architecture).
+  overrides = {a[len("--config."):].split("=")[0] for a in sys.argv[1:]
+               if a.startswith("--config.")}
   metrics = cli.call(lambda: trainer_lib.train_and_evaluate(
-      FLAGS.config, FLAGS.workdir, take_over_workdir=FLAGS.take_over_workdir))
+      FLAGS.config, FLAGS.workdir, take_over_workdir=FLAGS.take_over_workdir,
+      overrides=overrides))
   if "preempted_at_step" in metrics:  # SIGTERM: checkpoint committed; exit 0.
     print(f"preempted at step {metrics['preempted_at_step']}: checkpoint "
           "saved; run the same command to resume.")

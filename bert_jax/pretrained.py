@@ -383,30 +383,14 @@ def tokenizer_spec(source: Source | str) -> tokenizer_files.TokenizerSpec:
                                                    "sentencepiece")):
     if os.path.isfile(os.path.join(directory, name)):
       return spec(kind, os.path.join(directory, name), lower)
+  # Else its tokenizer.json (RoBERTa's, XLM-R's, ModernBERT's BPE: they
+  # ship no other file bert_jax reads; XLM-R's sentencepiece.bpe.model
+  # gives ids one below its tokenizer.json's), run host-side.
   tokenizer_json = os.path.join(directory, "tokenizer.json")
   if not os.path.isfile(tokenizer_json):
-    raise FileNotFoundError(f"No vocab.txt or spiece.model in {directory}.")
-  kind = tokenizer_files.tokenizer_json_kind(tokenizer_json)
-  if kind == "WordPiece":
-    fix = ("bert_jax reads a WordPiece from its vocab.txt: write the "
-           f"vocabulary, one token a line in id order, to {directory}/"
-           "vocab.txt")
-  else:
-    fix = ("bert_jax runs a WordPiece vocab.txt or a SentencePiece .model, "
-           "and the directory has neither")
-  raise FileNotFoundError(
-      f"{directory} ships only a tokenizer.json (no vocab.txt or "
-      f"spiece.model), and its tokenizer.json is a {kind}, which bert_jax "
-      f"does not run yet; {fix}.")
-
-
-def shipped_tokenizer_json(source: Source | str) -> str | None:
-  """The tokenizer.json a source that is no workdir ships, or None."""
-  source = _as_source(source)
-  if source.kind in (WORKDIR, STEP):
-    return None
-  path = os.path.join(_tokenizer_dir(source), "tokenizer.json")
-  return path if os.path.isfile(path) else None
+    raise FileNotFoundError(f"No vocab.txt, spiece.model or tokenizer.json "
+                            f"in {directory}.")
+  return spec("hf_json", tokenizer_json, lower)
 
 
 def _tokenizer_dir(source: Source) -> str:
@@ -422,8 +406,11 @@ def load_tokenizer(source: Source | str) -> tokenizer_files.LoadedTokenizer:
   source = _as_source(source)
   if source.kind in (WORKDIR, STEP):
     spec = tokenizer_spec(source)
+    names = tokenizer_files.special_token_names(spec)
     return tokenizer_files.LoadedTokenizer(
-        tokenizer_files.build_hf_tokenizer(spec))
+        tokenizer_files.build_hf_tokenizer(spec),
+        mask_token=names.get("mask_token", "[MASK]"),
+        pad_token=names.get("pad_token", "[PAD]"))
   return tokenizer_files.load_hf_tokenizer(_tokenizer_dir(source))
 
 

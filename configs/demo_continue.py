@@ -45,8 +45,8 @@ def minilm_dir() -> str:
 def get_config():
   model_dir = minilm_dir()
   config = config_lib.get_config("base")
-  # MiniLM-L6-H384's architecture (its config.json); the checkpoint's
-  # fields must match these exactly or train.init_from refuses it.
+  # MiniLM-L6-H384's architecture (its config.json; python -m
+  # bert_jax.main takes these from train.init_from in any case).
   config.model.update(
       vocab_size=30522, hidden_size=384, num_hidden_layers=6,
       num_attention_heads=12, intermediate_size=1536,

@@ -33,7 +33,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 BATCH, SEQ, VOCAB, LABELS = 4, 16, 64, 3
-FAMILIES = ("bert", "albert", "electra", "distilbert", "modernbert")
+FAMILIES = ("bert", "albert", "electra", "distilbert", "modernbert",
+            "roberta", "xlm-roberta")
 KINDS = ("sentence", "token", "span")
 # A family's own model fields (factorized embeddings, no segment table, a
 # sliding window shorter than the rows).
@@ -42,18 +43,24 @@ FAMILY_MODEL = {
     "electra": dict(embedding_size=16), "distilbert": dict(type_vocab_size=0),
     "modernbert": dict(type_vocab_size=0, local_attention=8,
                        global_attn_every_n_layers=2, layer_norm_eps=1e-5,
-                       classifier_dropout_prob=0.0)}
+                       classifier_dropout_prob=0.0),
+    # One token type; positions from the padding id (1: <pad>), the table
+    # two longer than the rows.
+    "roberta": dict(type_vocab_size=1, positions_from_pad=True,
+                    pad_token_id=1, max_position_embeddings=SEQ + 2),
+    "xlm-roberta": dict(type_vocab_size=1, positions_from_pad=True,
+                        pad_token_id=1, max_position_embeddings=SEQ + 2)}
 
 
 def _config(family: str, kind: str):
   config = config_lib.get_config("tiny")
   config.objective.update(name=tasks.get(kind).objective, encoder=family)
-  config.model.update(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
-                      num_attention_heads=2, intermediate_size=64,
-                      max_position_embeddings=SEQ, num_labels=LABELS,
-                      hidden_dropout_prob=0.0,
-                      attention_probs_dropout_prob=0.0,
-                      **FAMILY_MODEL[family])
+  config.model.update(dict(
+      dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
+           num_attention_heads=2, intermediate_size=64,
+           max_position_embeddings=SEQ, num_labels=LABELS,
+           hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
+      **FAMILY_MODEL[family]))
   if families.get(family).head_layout.pooler_act is not None:
     config.model.pooler_act = families.get(family).head_layout.pooler_act
   config.data.seq_length = SEQ
@@ -62,13 +69,15 @@ def _config(family: str, kind: str):
   return config
 
 
-def _batch(kind: str, seed: int = 0) -> dict:
-  """A batch of the kind's features: padded rows of random tokens."""
+def _batch(kind: str, seed: int = 0, pad_id: int = 0) -> dict:
+  """A batch of the kind's features: rows of random tokens padded with
+  `pad_id`."""
   r = np.random.RandomState(seed)
   lengths = np.asarray([SEQ, 11, 7, 3])
   mask = (np.arange(SEQ)[None] < lengths[:, None]).astype(np.int32)
-  batch = dict(input_ids=(r.randint(5, VOCAB, (BATCH, SEQ)) * mask).astype(
-      np.int32), input_mask=mask, segment_ids=np.zeros((BATCH, SEQ), np.int32))
+  ids = np.where(mask > 0, r.randint(5, VOCAB, (BATCH, SEQ)), pad_id)
+  batch = dict(input_ids=ids.astype(np.int32), input_mask=mask,
+               segment_ids=np.zeros((BATCH, SEQ), np.int32))
   if kind == "sentence":
     batch.update(labels=r.randint(0, LABELS, BATCH).astype(np.int32),
                  example_weights=np.ones(BATCH, np.float32))
@@ -110,7 +119,7 @@ def test_every_family_carries_every_kind(tmp_path, family, kind):
   assert objective.name == tasks.get(kind).objective
   programs = steps_lib.Programs(config, sharding.make_mesh(config.mesh),
                                 objective)
-  batch = _batch(kind)
+  batch = _batch(kind, pad_id=config.model.pad_token_id)
   with programs.context():
     state = programs.init()
     before = jax.device_get(state["params"])
@@ -184,13 +193,15 @@ def test_a_family_declares_its_head_layout_once():
 @pytest.mark.parametrize("family,pooling", [
     ("modernbert", "mean"), pytest.param("modernbert", "cls",
                                          marks=pytest.mark.slow),
-    pytest.param("electra", "cls", marks=pytest.mark.slow)])
+    pytest.param("electra", "cls", marks=pytest.mark.slow),
+    pytest.param("roberta", "cls", marks=pytest.mark.slow)])
 def test_a_packed_row_gives_each_examples_own_sentence_logits(family,
                                                               pooling):
   """The sentence head on packed rows (data.packing): each packed example's
   logits equal that example's alone, padded, for a family that pools its
   tokens ([CLS] or the mean over the example's own tokens, ModernBERT) and
-  one whose pooler reads each example's [CLS] (ELECTRA)."""
+  those whose pooler reads each example's [CLS] (ELECTRA; RoBERTa, whose
+  positions restart after the padding id in each example)."""
   config = _config(family, "sentence")
   config.model.classifier_pooling = pooling
   model = compose.objective(config).make_model(config, nnx.Rngs(0))

@@ -1,5 +1,9 @@
-r"""Input pipeline throughput per host CPU core: SentencePiece vs WordPiece,
-in-graph masking vs host-side numpy masking (what Hugging Face's
+r"""Input pipeline throughput per host CPU core per tokenizer kind
+(SentencePiece and WordPiece in graph, a tokenizer.json run host-side:
+here a byte-level BPE with RoBERTa's special tokens), tokenizing on the fly
+against reading pre-tokenized shards (``python -m bert_jax.pretokenize``,
+whose one-time cost is measured too), and in-graph masking against
+host-side numpy masking (what Hugging Face's
 DataCollatorForLanguageModeling does).
 
   python tools/bench_input.py [--config=bert_jax/config_lib.py:base] \
@@ -17,6 +21,7 @@ training step (6 x 110M params), so one A100-class chip (312 TFLOP/s bf16) at
 """
 
 import os
+import resource
 import time
 
 import numpy as np
@@ -28,8 +33,10 @@ from bert_jax import config_lib
 from bert_jax.data import demo_corpus
 from bert_jax.data import examples
 from bert_jax.data import pipeline
+from bert_jax.data import pretokenizing
 from bert_jax.data import sources as data_sources
 from bert_jax.data import tokenizers
+from bert_jax.hf import tokenizer_files
 from bert_jax.training import config_checks
 
 FLAGS = flags.FLAGS
@@ -50,7 +57,7 @@ def define_flags(flag_values, argv=None) -> None:
       "train_tokens_per_sec", 200_000.0,
       "Tokens/s one host's accelerators consume in a BERT-base train step.",
       **define)
-  flags.DEFINE_list("kinds", ["sentencepiece", "wordpiece"],
+  flags.DEFINE_list("kinds", ["sentencepiece", "wordpiece", "hf_json"],
                     "Tokenizers to measure.", **define)
 
 
@@ -127,6 +134,25 @@ def measure(batches, seconds, host_fn=None):
   return toks / dt, exs / dt, toks / cpu
 
 
+def pretokenized(config, tok, workdir: str):
+  """The bench corpus's shards for `tok` (made once per tokenizer), and
+  what making them cost: tokens, wall and CPU seconds (this process and its
+  workers), workers."""
+  out = os.path.join(workdir, f"shards-{tok.kind}")
+  spec = tokenizer_files.TokenizerSpec(tok.kind, tok.path, tok.lower_case)
+  if tf.io.gfile.exists(out):
+    tf.io.gfile.rmtree(out)
+  workers = num_cores()
+  usage = lambda: sum(
+      r.ru_utime + r.ru_stime for r in (
+          resource.getrusage(resource.RUSAGE_SELF),
+          resource.getrusage(resource.RUSAGE_CHILDREN)))
+  c0, t0 = usage(), time.time()
+  manifest = pretokenizing.write_shards(config.data, spec, out, workers)
+  return out, dict(tokens=manifest.tokens, seconds=time.time() - t0,
+                   cpu_seconds=usage() - c0, workers=workers)
+
+
 def main(argv):
   del argv
   config = FLAGS.config or config_lib.get_config("base")
@@ -167,6 +193,17 @@ def main(argv):
     rows.append((kind, "tf.data + host numpy masking",
                  *measure(ds, FLAGS.seconds, host_mask)))
 
+    # (c) The same corpus pre-tokenized once; the run reads the shards.
+    shards, made = pretokenized(config, tok, wd)
+    rows.append((kind, f"pretokenize (once, {made['workers']} procs)",
+                 made["tokens"] / made["seconds"], 0.0,
+                 made["tokens"] / made["cpu_seconds"]))
+    from_shards = config.copy_and_resolve_references()
+    from_shards.data.update(sources=f"shards:{shards}", train_files="")
+    it = pipeline.create_train_iterator(from_shards, tok, wd)
+    rows.append((kind, "shards + in-graph masking",
+                 *measure(it, FLAGS.seconds)))
+
   print(f"\nInput pipeline throughput, seq_length={config.data.seq_length}, "
         f"batch={config.train.batch_size}, objective="
         f"{examples.objective(config.data)}, {cores} CPU core(s). tok/CPU-s = "
@@ -180,8 +217,9 @@ def main(argv):
   print(hdr)
   print("-" * len(hdr))
   for kind, var, tps, eps, tpc in rows:
+    per_example = f"{tpc * eps / tps:>10,.0f}" if eps else f"{'-':>10}"
     print(f"{kind:<14}{var:<31}{tps:>10,.0f}{tps / cores:>11,.0f}"
-          f"{tpc:>11,.0f}{tpc * eps / tps:>10,.0f}"
+          f"{tpc:>11,.0f}{per_example}"
           f"{tps / rate:>8.2f}{rate / tpc:>12.2f}")
   print("x train = wall tokens/s / train rate; cores/train = CPU cores needed "
         "to feed the train step.")

@@ -6,8 +6,10 @@ Started by tools/benchmark.py --compare in a Python with the peer's pins
 (transformers + torch, or transformers 4.57.6 + jax for HF Flax): it imports
 numpy and the peer's framework only, never bert_jax. KIND is ``torch`` or
 ``flax``; SPEC_JSON gives the Hugging Face config (``bert_config``), the
-family, the dtype, ``sparse_prediction`` (ModernBERT: MLM logits at the
-labelled positions only) and ``batches``, an .npz of the batches ours times
+family, the dtype, ``sparse_prediction`` (MLM logits at the labelled
+positions only: ModernBERT's config option; RoBERTa / XLM-R have none, so
+their encoder and LM head are called on the gathered positions) and
+``batches``, an .npz of the batches ours times
 (google-research/bert layout, ``{i}/{feature}``), so both sides train on the
 same arrays. Each peer trains as it ships: AdamW (lr 1e-4, weight decay
 0.01), its own MLM head, its dropout; bf16 is HF Flax's computation dtype or
@@ -50,6 +52,10 @@ def labels_full(b: dict) -> np.ndarray:
   return labels
 
 
+# RoBERTa-architecture families -> their transformers class prefix.
+ROBERTA_CLASSES = {"roberta": "Roberta", "xlm-roberta": "XLMRoberta"}
+
+
 def torch_model(spec: dict):
   """The PyTorch model of `spec`, initialized from seed 0, in train mode:
   ModernBertForMaskedLM (MLM only; sdpa with its own local + global masks;
@@ -59,6 +65,13 @@ def torch_model(spec: dict):
   import transformers  # pylint: disable=g-import-not-at-top
 
   torch.manual_seed(0)
+  if spec.get("family") in ROBERTA_CLASSES:
+    cfg = getattr(transformers, ROBERTA_CLASSES[spec["family"]] + "Config")(
+        **{k: v for k, v in spec["bert_config"].items()
+           if k not in ("architectures", "model_type", "dtype")})
+    return getattr(transformers,
+                   ROBERTA_CLASSES[spec["family"]] + "ForMaskedLM")(
+                       cfg).train()
   if spec.get("family") == "modernbert":
     cfg = transformers.ModernBertConfig(
         sparse_prediction=bool(spec.get("sparse_prediction", False)),
@@ -79,13 +92,37 @@ def torch_batches(spec: dict) -> list[dict]:
         input_ids=torch.from_numpy(b["input_ids"]).long(),
         attention_mask=torch.from_numpy(b["input_mask"]).long(),
         labels=torch.from_numpy(labels_full(b)))
-    if spec.get("family") != "modernbert":
+    if spec.get("family") in ROBERTA_CLASSES and spec.get(
+        "sparse_prediction"):
+      # The masked positions only (the step gathers them itself).
+      batch = dict(
+          input_ids=batch["input_ids"],
+          attention_mask=batch["attention_mask"],
+          positions=torch.from_numpy(b["masked_lm_positions"]).long(),
+          targets=torch.from_numpy(b["masked_lm_ids"]).long(),
+          weights=torch.from_numpy(b["masked_lm_weights"]).float())
+    elif spec.get("family") not in ("modernbert", *ROBERTA_CLASSES):
       batch.update(
           token_type_ids=torch.from_numpy(b["segment_ids"]).long(),
           next_sentence_label=torch.from_numpy(
               b["next_sentence_labels"]).long())
     batches.append(batch)
   return batches
+
+
+def roberta_sparse_loss(model, b):
+  """A RobertaForMaskedLM's MLM loss with its LM head on the masked
+  positions only: its encoder, then its ``lm_head`` on the gathered states
+  (transformers has no option for it)."""
+  import torch  # pylint: disable=g-import-not-at-top  (the peer's Python)
+  states = model.roberta(input_ids=b["input_ids"],
+                         attention_mask=b["attention_mask"]).last_hidden_state
+  at = torch.gather(states, 1, b["positions"][..., None].expand(
+      -1, -1, states.size(-1)))
+  logits = model.lm_head(at).float()
+  nll = torch.nn.functional.cross_entropy(
+      logits.transpose(1, 2), b["targets"], reduction="none")
+  return (nll * b["weights"]).sum() / b["weights"].sum().clamp(min=1.0)
 
 
 def torch_peer(spec: dict):
@@ -97,9 +134,12 @@ def torch_peer(spec: dict):
   bf16 = spec["dtype"] == "bfloat16"
   batches = torch_batches(spec)
 
+  sparse = (spec.get("family") in ROBERTA_CLASSES
+            and spec.get("sparse_prediction"))
+
   def step(b):
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-      loss = model(**b).loss
+      loss = roberta_sparse_loss(model, b) if sparse else model(**b).loss
     loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)

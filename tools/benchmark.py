@@ -37,6 +37,15 @@ position. E.g.
       --peers=torch --config.data.seq_length=512 \
       --config.data.max_predictions_per_seq=154 --config.train.batch_size=8
 
+A RoBERTa or XLM-R config compares against PyTorch ``RobertaForMaskedLM`` /
+``XLMRobertaForMaskedLM`` the same two ways; transformers has no option for
+logits at the masked positions there, so ``pytorch`` calls the model's
+encoder and ``lm_head`` on the gathered positions itself. At RoBERTa-base
+shape:
+  python tools/benchmark.py --config configs/roberta_base.py --compare \
+      --peers=torch --config.data.seq_length=512 \
+      --config.data.max_predictions_per_seq=80 --config.train.batch_size=8
+
 Cost against sequence length: tools/bench_seq_lengths.py; ours under other
 settings (fused QKV, attention kinds, logits at every position):
 tools/bench_variants.py; where a step's time goes: tools/profile_step.py.
@@ -139,7 +148,9 @@ def peer_specs(family: str, peers, hf_config: dict, dtype: str,
   if "flax" in peers:
     out.append(("hf_flax", "flax", base))
   if "torch" in peers:
-    if family == "modernbert":  # The fair peer first, then HF's default.
+    if family in ("modernbert", "roberta", "xlm-roberta"):
+      # The fair peer (logits at the masked positions) first, then HF's
+      # default head.
       out.append(("pytorch", "torch", dict(base, sparse_prediction=True)))
       out.append(("pytorch_dense", "torch",
                   dict(base, sparse_prediction=False)))
@@ -315,6 +326,12 @@ PEER_HEADS = {
     ("modernbert", "pytorch"): "masked positions only (sparse_prediction=True, "
                                "as ModernBERT's own trainer)",
     ("modernbert", "pytorch_dense"): "every position (HF's default head)",
+    **{(f, "pytorch"): "masked positions only (the model's encoder and "
+                       "lm_head called on the gathered positions: "
+                       "transformers has no option for it)"
+       for f in ("roberta", "xlm-roberta")},
+    **{(f, "pytorch_dense"): "every position (HF's RobertaForMaskedLM)"
+       for f in ("roberta", "xlm-roberta")},
 }
 
 

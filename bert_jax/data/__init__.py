@@ -8,9 +8,16 @@
   records.py        JSONL and Parquet records -> text (one document each)
   prepared_text.py  record sources prepared once into text files, cached
   demo_corpus.py    the corpus every fresh machine has (CPython's docs)
-  tokenizers.py     in-graph SentencePiece / WordPiece; trained and cached
+  tokenizer_base.py the tokenizer interface; special tokens found by role
+  tokenizers.py     in-graph SentencePiece / WordPiece, any tokenizer.json;
+                    the run's, trained and cached
+  hf_json_tokenizer.py  a Hugging Face tokenizer.json run host-side in the
+                    graph; a byte-level BPE with RoBERTa's specials trained
   examples.py       NSP / SOP pairs and packed sequences from blocks of lines
   masking.py        MLM masking inside the tf.data graph (stateless, resumable)
+  shard_format.py   pre-tokenized shards: blocks, offsets, the manifest
+  pretokenizing.py  a corpus's text files into shards over worker processes
+  shard_source.py   a shards:DIR source: global order per epoch, resumable
   packing.py        several examples per row: best-fit decreasing in windows
   pipeline.py       assembles the pretraining tf.data pipeline
   iterator.py       per-host batches with a saveable state and data counters

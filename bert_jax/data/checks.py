@@ -16,6 +16,7 @@ from __future__ import annotations
 import ml_collections
 
 from bert_jax import config_lib
+from bert_jax.models import bert
 from bert_jax.models import splash
 
 # The input pipeline's limit (masking keys hold positions up to 2^13;
@@ -27,10 +28,15 @@ def check_sequence(config: ml_collections.ConfigDict) -> None:
   """data.seq_length fits the model's positions, the pipeline and the
   attention kernel."""
   data, model = config.data, config.model
-  if data.seq_length > model.max_position_embeddings:
+  offset = bert.position_offset(model)
+  if data.seq_length > model.max_position_embeddings - offset:
+    shift = (f" less the {offset} positions before the first token's "
+             "(model.positions_from_pad: positions start at "
+             f"model.pad_token_id + 1 = {offset})") if offset else ""
     raise ValueError(
         f"data.seq_length={data.seq_length} exceeds "
-        f"model.max_position_embeddings={model.max_position_embeddings}.")
+        f"model.max_position_embeddings={model.max_position_embeddings}"
+        f"{shift}.")
   if data.seq_length > MAX_SEQ_LENGTH:
     raise ValueError(f"data.seq_length={data.seq_length} exceeds the "
                      f"pipeline's limit of {MAX_SEQ_LENGTH}.")
@@ -47,11 +53,15 @@ def check_pretraining(config: ml_collections.ConfigDict) -> None:
   data, model = config.data, config.model
   if data.tokenizer_type not in config_lib.TOKENIZER_TYPES:
     raise ValueError(f"data.tokenizer_type={data.tokenizer_type!r} must be "
-                     "'sentencepiece' or 'wordpiece'.")
+                     f"one of {', '.join(map(repr, config_lib.TOKENIZER_TYPES))}.")
   if not data.tokenizer_path and data.tokenizer_vocab_size < 16:
     raise ValueError(f"data.tokenizer_vocab_size={data.tokenizer_vocab_size} "
                      "is too small (need >= 16).")
   check_sequence(config)
+  order = data.get("shard_order", "global")
+  if order not in ("global", "files"):
+    raise ValueError(f"data.shard_order={order!r} must be 'global' or "
+                     "'files'.")
   if not 1 <= data.max_predictions_per_seq <= data.seq_length:
     raise ValueError(
         f"data.max_predictions_per_seq={data.max_predictions_per_seq} must be "

@@ -46,6 +46,9 @@ STATS = ("lines", "invalid_utf8_lines", "long_lines", "long_sentences",
 STATS_KEY = "_stats"
 # Hold-out modes: "all" documents, "train" (drop held-out), "eval" (keep them).
 MODES = ("all", "train", "eval")
+# A line's hold-out hash is in [0, HASH_BUCKETS): a document is held out
+# when its first line's is below eval_fraction * HASH_BUCKETS.
+HASH_BUCKETS = 1_000_000
 
 
 objective = config_lib.sentence_objective
@@ -118,11 +121,14 @@ class ExampleBuilder:
     self.packing = options.packing
 
   def __call__(self, raw: tf.Tensor, seed: tf.Tensor) -> dict[str, tf.Tensor]:
-    t = self.t
-    max_tok = t - 3
-    seeds = tf.random.experimental.stateless_split(seed, num=8)
+    return self.from_tokens(**self.tokenize_block(raw), seed=seed)
 
-    # --- Clean and tokenize lines.
+  def tokenize_block(self, raw: tf.Tensor) -> dict[str, tf.Tensor]:
+    """Block of raw lines [L] -> what example building reads of it: the
+    kept lines' token ids (ragged, not yet cut to the row), their hold-out
+    hashes and document numbers, the block's last document number and its
+    line counters (lines, invalid UTF-8, cut, blank). What pre-tokenized
+    shards store per block (``shard_format``)."""
     line = tf.strings.substr(raw, 0, self.max_line_bytes)
     long_line = tf.strings.length(raw) > self.max_line_bytes
     fixed = tf.strings.unicode_transcode(line, "UTF-8", "UTF-8",
@@ -132,46 +138,57 @@ class ExampleBuilder:
     boundary = tf.equal(text, "")
     blank = boundary & (tf.strings.length(raw) > 0)
     toks = self.tok.tokenize(text).with_row_splits_dtype(tf.int64)
-    lens = tf.cast(toks.row_lengths(), tf.int32)
-    long_sent = lens > max_tok
-    toks = toks[:, :max_tok]
-    lens = tf.minimum(lens, max_tok)
     doc = tf.cumsum(tf.cast(boundary, tf.int32))  # document number per line
-    keep = ~boundary & (lens > 0)
+    keep = ~boundary & (toks.row_lengths() > 0)
+    count = lambda x: tf.reduce_sum(tf.cast(x, tf.int32))
+    return dict(
+        tokens=tf.ragged.boolean_mask(toks, keep),
+        hashes=tf.boolean_mask(
+            tf.strings.to_hash_bucket_fast(text, HASH_BUCKETS), keep),
+        docs=tf.boolean_mask(doc, keep), last_doc=doc[-1],
+        line_stats=tf.stack([tf.size(raw), count(invalid), count(long_line),
+                             count(blank)]))
+
+  def from_tokens(self, tokens, hashes, docs, last_doc, line_stats,
+                  seed: tf.Tensor) -> dict[str, tf.Tensor]:
+    """Examples [C, ...] from a block's kept lines (``tokenize_block``)."""
+    t = self.t
+    max_tok = t - 3
+    seeds = tf.random.experimental.stateless_split(seed, num=8)
+    lens = tf.cast(tokens.row_lengths(), tf.int32)
+    long_sent = lens > max_tok
+    kt = tokens[:, :max_tok]
+    kln = tf.minimum(lens, max_tok)
+    kdoc = docs
+    keep = tf.ones_like(long_sent)
 
     # --- Hold out documents (by a hash of their first line in the block).
     if self.mode in ("train", "eval") and self.eval_fraction > 0:
-      h = tf.strings.to_hash_bucket_fast(text, 1_000_000)
-      kd = tf.boolean_mask(doc, keep)
-      kh = tf.boolean_mask(h, keep)
-      first = _first_true(kd)
+      first = _first_true(kdoc)
       didx = tf.cumsum(tf.cast(first, tf.int32)) - 1
-      is_eval = tf.boolean_mask(kh, first) < int(self.eval_fraction * 1e6)
+      is_eval = tf.boolean_mask(hashes, first) < int(
+          self.eval_fraction * HASH_BUCKETS)
       line_eval = tf.gather(is_eval, didx)
-      sel = line_eval if self.mode == "eval" else ~line_eval
-      idx = tf.boolean_mask(tf.range(tf.size(raw)), keep)
-      keep = tf.cast(tf.scatter_nd(idx[:, None], tf.cast(sel, tf.int32),
-                                   tf.shape(keep)), tf.bool)
+      keep = line_eval if self.mode == "eval" else ~line_eval
+      kt = tf.ragged.boolean_mask(kt, keep)
+      kln = tf.boolean_mask(kln, keep)
+      kdoc = tf.boolean_mask(kdoc, keep)
 
-    kt = tf.ragged.boolean_mask(toks, keep)
-    kln = tf.boolean_mask(lens, keep)
-    kdoc = tf.boolean_mask(doc, keep)
     n = tf.size(kln)
     ndocs = tf.reduce_sum(tf.cast(_first_true(kdoc), tf.int32))
 
     if self.objective == PACKED and self.packing:
       out = self._document_chunks(kt, kln, kdoc)
     elif self.objective == PACKED:
-      out = self._packed(kt, kln, kdoc, doc[-1])
+      out = self._packed(kt, kln, kdoc, last_doc)
     else:
       out = self._pairs(kt, kln, kdoc, n, seeds)
 
     c = tf.shape(out["input_ids"])[0]
+    ls = tf.cast(line_stats, tf.int32)
     stats = tf.stack([
-        tf.size(raw), tf.reduce_sum(tf.cast(invalid, tf.int32)),
-        tf.reduce_sum(tf.cast(long_line, tf.int32)),
-        tf.reduce_sum(tf.cast(long_sent & keep, tf.int32)),
-        tf.reduce_sum(tf.cast(blank, tf.int32)), ndocs, c])
+        ls[0], ls[1], ls[2],
+        tf.reduce_sum(tf.cast(long_sent & keep, tf.int32)), ls[3], ndocs, c])
     # The block's counts ride on its examples, shared out evenly (row i gets
     # s // c, plus 1 for i < s % c): they sum to the block's counts, and any
     # batch, the first one too, carries its share of the lines behind it.

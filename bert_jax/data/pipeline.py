@@ -42,6 +42,7 @@ from bert_jax.data import features
 from bert_jax.data import iterator as data_iterator
 from bert_jax.data import masking
 from bert_jax.data import packing
+from bert_jax.data import shard_source
 from bert_jax.data import sources as data_sources
 from bert_jax.data import tokenizers
 
@@ -103,6 +104,15 @@ def traced_builder(tok: tokenizers.Tokenizer,
 
 
 @functools.lru_cache(maxsize=16)
+def traced_token_builder(tok: tokenizers.Tokenizer,
+                         options: examples.ExampleOptions):
+  """ExampleBuilder(tok, options).from_tokens as a tf.function (the blocks
+  of pre-tokenized shards)."""
+  return tf.function(examples.ExampleBuilder(tok, options).from_tokens,
+                     autograph=False)
+
+
+@functools.lru_cache(maxsize=16)
 def traced_masker(tok: tokenizers.Tokenizer, seq_length: int,
                   max_predictions: int, mask_rate: float,
                   mask_token_prob: float, random_token_prob: float,
@@ -132,14 +142,19 @@ def _masker_for(data, tok):
 # -----------------------------------------------------------------------------
 
 
-def _source_examples(source: data_sources.Source, builder,
+def _source_examples(source: data_sources.Source, builders,
                      data, seed: np.ndarray, process_index: int,
                      process_count: int, epochs: Optional[int]
                      ) -> tf.data.Dataset:
   """Examples of one source for this process; `epochs=None` repeats forever.
 
-  builder: a traced ExampleBuilder, (lines [L], seed [2]) -> examples [C, ...].
+  builders: a traced ExampleBuilder, (lines [L], seed [2]) -> examples
+  [C, ...], and its ``from_tokens`` (the blocks of pre-tokenized shards).
   """
+  builder, token_builder = builders
+  if source.kind == data_sources.SHARDS:
+    return shard_source.examples(source.spec, token_builder, data, seed,
+                                 process_index, process_count, epochs)
   block_lines = int(data.block_lines)
 
   def blocks_to_examples(lines: tf.data.Dataset, key, epoch) -> tf.data.Dataset:
@@ -200,16 +215,19 @@ def example_dataset(config, tok, plan: data_sources.SourcePlan,
   else:
     sources = plan.train
     bmode = "train" if plan.holds_out else "all"
-  builder = traced_builder(tok, examples.ExampleOptions.from_config(
-      data, bmode, data.get("eval_fraction", 0.0)))
+  options = examples.ExampleOptions.from_config(
+      data, bmode, data.get("eval_fraction", 0.0))
+  builders = (traced_builder(tok, options),
+              traced_token_builder(tok, options))
   if len(sources) == 1:
-    return _source_examples(sources[0], builder, data,
+    return _source_examples(sources[0], builders, data,
                             _seed(config, mode, "source", 0), process_index,
                             process_count, epochs)
   dsets = [
-      _source_examples(s, _counted(builder, i, len(sources)), data,
-                       _seed(config, mode, "source", i), process_index,
-                       process_count, epochs)
+      _source_examples(s, tuple(_counted(b, i, len(sources))
+                                for b in builders),
+                       data, _seed(config, mode, "source", i),
+                       process_index, process_count, epochs)
       for i, s in enumerate(sources)]
   weights = data_sources.mixing_weights(
       sources, float(data.get("source_temperature", 0.0)),
@@ -224,8 +242,8 @@ def _counted(builder, index: int, count: int):
   `count`: a one-hot appended to the counters under examples.STATS_KEY
   (summed per batch like the others: the iterator's examples by source)."""
 
-  def build(lines, seed):
-    out = builder(lines, seed)
+  def build(*args):  # Text (lines, seed) or shard blocks alike.
+    out = builder(*args)
     rows = tf.shape(out[examples.STATS_KEY])[0]
     one = tf.one_hot(tf.fill([rows], index), count, dtype=tf.int32)
     return dict(out, **{examples.STATS_KEY: tf.concat(

@@ -7,6 +7,7 @@ Source syntax (``config.data.sources``; several separated by ``;``)::
     jsonl:GLOB[,GLOB...][@WEIGHT]      # one JSON object per line (.gz too)
     parquet:GLOB[,GLOB...][@WEIGHT]    # Parquet files
     tfds:NAME[:SPLIT][@WEIGHT]         # prepared TFDS dataset, text feature
+    shards:DIR[@WEIGHT]                # pre-tokenized shards (pretokenize)
 
 JSONL and Parquet hold one document per record, its text in the field
 ``data.text_field``; they are prepared once into text files of the
@@ -37,6 +38,7 @@ from bert_jax.data import records
 
 TEXT = "text"
 TFDS = "tfds"
+SHARDS = "shards"
 JSONL, PARQUET = records.JSONL, records.PARQUET
 
 
@@ -137,7 +139,12 @@ def parse_sources(spec: str, field: str = "data.sources") -> list[Source]:
         raise ValueError(f"{field}: bad weight in {part!r}.") from None
       if weight <= 0:
         raise ValueError(f"{field}: weight must be > 0 in {part!r}.")
-    if part.startswith("tfds:"):
+    if part.startswith(SHARDS + ":"):
+      directory = part[len(SHARDS) + 1:].rstrip("/")
+      if not directory:
+        raise ValueError(f"{field}: missing directory in {part!r}.")
+      out.append(Source(SHARDS, directory, "", weight))
+    elif part.startswith("tfds:"):
       rest = part[len("tfds:"):]
       # NAME may hold '/' (config) and ':' (version: name:1.0.0) is not
       # supported; the last ':'-separated field is the split when present.
@@ -278,6 +285,9 @@ def python_lines(source: Source, data_dir: str = "", text_key: str = "text",
   """
   n = 0
   cut = slice(0, max_line_bytes)
+  if source.kind == SHARDS:
+    raise ValueError(f"{source} holds token ids, no text (to train a "
+                     "tokenizer on): a run from shards uses their tokenizer.")
   if source.kind == TEXT:
     files, _ = resolve_text_files(source)
     for path in files:

@@ -1,9 +1,10 @@
-"""Tokenizers that run inside the tf.data graph: SentencePiece and WordPiece.
+"""The tokenizers of a run: SentencePiece and WordPiece in the tf.data graph,
+and any Hugging Face tokenizer.json (``hf_json_tokenizer``).
 
-Both present one interface (:class:`Tokenizer`): special-token ids, the
-vocabulary size, an in-graph ``tokenize`` (strings -> ragged int32 ids), a
-per-id ``word_start`` table for whole-word masking, and Python-side
-``encode``/``decode`` for tools and tests.
+All present one interface (``tokenizer_base.Tokenizer``): special-token
+ids, the vocabulary size, a ``tokenize`` inside the graph (strings ->
+ragged int32 ids), a per-id ``word_start`` table for whole-word masking, and
+Python-side ``encode``/``decode`` for tools and tests.
 
 * SentencePiece: a ``.model`` file, run with ``tf_text.FastSentencepieceTokenizer``.
   Models trained here have ``[PAD]``=0, ``[UNK]``=1 and the user-defined
@@ -12,6 +13,9 @@ per-id ``word_start`` table for whole-word masking, and Python-side
 * WordPiece: a BERT ``vocab.txt`` (e.g. bert-base-uncased's 30,522 entries,
   used unchanged), run with ``tf_text.FastBertTokenizer``; special tokens are
   looked up by name.
+* hf_json: a ``tokenizer.json`` (byte-level BPE, SentencePiece, WordPiece),
+  run host-side by the ``tokenizers`` library; trained here, a byte-level
+  BPE with RoBERTa's special tokens.
 
 :func:`load_tokenizer` gives a run its configured tokenizer: the file at
 ``data.tokenizer_path``, or one trained on the run's training sources and
@@ -23,9 +27,10 @@ from __future__ import annotations
 import hashlib
 import io
 import itertools
+import json
 import os
 import time
-from typing import (TYPE_CHECKING, Iterable, Iterator, NamedTuple,
+from typing import (TYPE_CHECKING, Iterable, Iterator,
                     Optional, Sequence)
 
 import jax
@@ -41,6 +46,11 @@ from tokenizers import normalizers
 from tokenizers import pre_tokenizers
 from tokenizers import trainers
 
+from bert_jax.data import hf_json_tokenizer
+from bert_jax.data.tokenizer_base import Pieces
+from bert_jax.data.tokenizer_base import Tokenizer
+from bert_jax.data.tokenizer_base import char_pieces
+
 # TensorFlow is imported where a function needs it: SPECIAL_TOKENS and the
 # names here are read by TF-free code (Hugging Face export, fill_mask).
 if TYPE_CHECKING:
@@ -52,93 +62,8 @@ if TYPE_CHECKING:
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 SENTENCEPIECE = "sentencepiece"
 WORDPIECE = "wordpiece"
-
-
-class Pieces(NamedTuple):
-  """One text's pieces: ids and [start, end) character offsets (int32)."""
-  ids: np.ndarray
-  starts: np.ndarray
-  ends: np.ndarray
-
-
-def _char_pieces(text: str, ids, byte_starts, byte_ends, strip=False):
-  """UTF-8 byte offsets -> character offsets (a Pieces); `strip` leaves a
-  piece's leading whitespace (SentencePiece's "\u2581") out of its span."""
-  b0, b1 = (np.asarray(b, np.int64).reshape(-1) for b in (byte_starts,
-                                                           byte_ends))
-  if not text.isascii():  # The char index of each byte offset.
-    widths = [len(ch.encode("utf-8")) for ch in text] + [1]
-    of_byte = np.repeat(np.arange(len(text) + 1), widths)
-    b0, b1 = of_byte[b0], of_byte[b1]
-  b0 = b0.copy()
-  for k in range(len(b0) if strip else 0):
-    while b0[k] < b1[k] and text[b0[k]].isspace():
-      b0[k] += 1
-  return Pieces(np.asarray(ids, np.int32).reshape(-1), b0.astype(np.int32),
-                b1.astype(np.int32))
-
-
-class Tokenizer:
-  """Common interface over a SentencePiece model or a WordPiece vocabulary."""
-
-  kind: str
-  path: str
-  vocab_size: int
-  pieces: list[str]
-  lower_case: bool
-
-  def _init_specials(self) -> None:
-    index = {p: i for i, p in enumerate(self.pieces)}
-    self.pad_id = index.get("[PAD]")
-    self.unk_id = index.get("[UNK]")
-    self.cls_id = index.get("[CLS]")
-    self.sep_id = index.get("[SEP]")
-    self.mask_id = index.get("[MASK]")
-
-  @property
-  def missing_special_tokens(self) -> list[str]:
-    ids = dict(zip(SPECIAL_TOKENS, (self.pad_id, self.unk_id, self.cls_id,
-                                    self.sep_id, self.mask_id)))
-    return [name for name, i in ids.items() if i is None]
-
-  @property
-  def special_ids(self) -> list[int]:
-    """Ids never selected for masking nor drawn as random replacements."""
-    ids = [self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id]
-    ids += [i for i, p in enumerate(self.pieces)
-            if p.startswith("[unused") or p in ("<s>", "</s>")]
-    return sorted({i for i in ids if i is not None})
-
-  @property
-  def word_start(self) -> np.ndarray:
-    """bool [vocab_size]: True where a piece begins a word."""
-    raise NotImplementedError
-
-  def tokenize(self, lines: tf.Tensor) -> tf.RaggedTensor:
-    """In graph: string [N] -> int32 ragged [N, None]."""
-    raise NotImplementedError
-
-  def encode(self, text: str) -> list[int]:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    return self.tokenize(tf.constant([text]))[0].numpy().tolist()
-
-  def id_to_piece(self, i: int) -> str:
-    return self.pieces[i]
-
-  def tokenize_with_offsets(self, texts: Sequence[str]) -> list[Pieces]:
-    """Host side: per text, its ids and each piece's CHARACTER span in the
-    original text (leading whitespace excluded; the same ids as
-    ``tokenize``). What token tagging and extractive QA map predictions
-    back to the text with."""
-    raise NotImplementedError
-
-  def decode(self, ids: Iterable[int]) -> str:
-    raise NotImplementedError
-
-  def __repr__(self):
-    return (f"{type(self).__name__}(path={self.path!r}, vocab_size="
-            f"{self.vocab_size}, cls={self.cls_id}, sep={self.sep_id}, "
-            f"mask={self.mask_id}, pad={self.pad_id})")
+HF_JSON = hf_json_tokenizer.HF_JSON
+KINDS = (SENTENCEPIECE, WORDPIECE, HF_JSON)
 
 
 class SentencePieceTokenizer(Tokenizer):
@@ -181,7 +106,7 @@ class SentencePieceTokenizer(Tokenizer):
     for text, proto in zip(texts, self._sp.encode(list(texts),
                                                   return_type="proto")):
       p = proto.pieces
-      out.append(_char_pieces(text, [x.id for x in p], [x.begin for x in p],
+      out.append(char_pieces(text, [x.id for x in p], [x.begin for x in p],
                               [x.end for x in p], strip=True))
     return out
 
@@ -237,7 +162,7 @@ class WordPieceTokenizer(Tokenizer):
         list(texts), tf.string))
     if ids.shape.rank == 3:  # older tf_text: [N, words, pieces]
       ids, starts, ends = (x.merge_dims(-2, -1) for x in (ids, starts, ends))
-    return [_char_pieces(t, i, b, e) for t, i, b, e in zip(
+    return [char_pieces(t, i, b, e) for t, i, b, e in zip(
         texts, ids.to_list(), starts.to_list(), ends.to_list())]
 
   def decode(self, ids: Iterable[int]) -> str:
@@ -277,8 +202,21 @@ def load(path: str, kind: str, lower_case: bool = True) -> Tokenizer:
     if not vocab:
       raise ValueError(f"WordPiece vocabulary {path!r} is empty.")
     return WordPieceTokenizer(vocab, lower_case=lower_case, path=path)
-  raise ValueError(f"data.tokenizer_type={kind!r} must be "
-                   f"{SENTENCEPIECE!r} or {WORDPIECE!r}.")
+  if kind == HF_JSON:
+    beside = os.path.join(os.path.dirname(path), hf_json_tokenizer.CONFIG_FILE)
+    with tf.io.gfile.GFile(path, "r") as f:
+      text = f.read()
+    config = None
+    if tf.io.gfile.exists(beside):
+      with tf.io.gfile.GFile(beside, "r") as f:
+        config = f.read()
+    return hf_json_tokenizer.load(path, text, config)
+  raise ValueError(_kind_error(kind))
+
+
+def _kind_error(kind: str) -> str:
+  return (f"data.tokenizer_type={kind!r} must be one of "
+          f"{', '.join(map(repr, KINDS))}.")
 
 
 # -----------------------------------------------------------------------------
@@ -350,7 +288,8 @@ def write_atomic(path: str, data: bytes) -> None:
 
 
 def default_filename(kind: str) -> str:
-  return "spm.model" if kind == SENTENCEPIECE else "vocab.txt"
+  return {SENTENCEPIECE: "spm.model", HF_JSON: "tokenizer.json"}.get(
+      kind, "vocab.txt")
 
 
 def train(kind: str, sentences: Iterator[str], vocab_size: int,
@@ -373,10 +312,17 @@ def train(kind: str, sentences: Iterator[str], vocab_size: int,
   elif kind == WORDPIECE:
     vocab = train_wordpiece(sentences, vocab_size, lower_case)
     data = "".join(p + "\n" for p in vocab).encode("utf-8")
+  elif kind == HF_JSON:
+    text, tok_config = hf_json_tokenizer.train_byte_level_bpe(sentences,
+                                                             vocab_size)
+    data = text.encode("utf-8")
   else:
-    raise ValueError(f"data.tokenizer_type={kind!r} must be "
-                     f"{SENTENCEPIECE!r} or {WORDPIECE!r}.")
+    raise ValueError(_kind_error(kind))
   tf.io.gfile.makedirs(os.path.dirname(path) or ".")
+  if kind == HF_JSON:  # Its special tokens' names, beside it.
+    write_atomic(os.path.join(os.path.dirname(path),
+                              hf_json_tokenizer.CONFIG_FILE),
+                 json.dumps(tok_config, indent=2).encode("utf-8"))
   write_atomic(path, data)
   return load(path, kind, lower_case)
 
@@ -404,7 +350,9 @@ def cache_path(data: ml_collections.ConfigDict, workdir: str,
   sources = ("demo" if plan.uses_demo else
              ";".join(str(s) for s in plan.train))
   digest = hashlib.sha256(sources.encode()).hexdigest()[:8]
-  case = "uncased" if data.lower_case else "cased"
+  # A byte-level BPE trained here keeps case whatever lower_case says.
+  case = ("uncased" if data.lower_case and data.tokenizer_type != HF_JSON
+          else "cased")
   name = f"{data.tokenizer_type}-{data.tokenizer_vocab_size}-{case}-{digest}"
   return os.path.join(workdir, "tokenizer", name,
                       default_filename(data.tokenizer_type))
@@ -456,9 +404,8 @@ def load_tokenizer(data: ml_collections.ConfigDict,
   at :func:`cache_path`. In a multi-process run only process 0 trains; the
   others wait for its outcome (a broadcast: they stop with it if it fails).
   """
-  if data.tokenizer_type not in (SENTENCEPIECE, WORDPIECE):
-    raise ValueError(f"data.tokenizer_type={data.tokenizer_type!r} must be "
-                     f"'sentencepiece' or 'wordpiece'.")
+  if data.tokenizer_type not in KINDS:
+    raise ValueError(_kind_error(data.tokenizer_type))
   if data.tokenizer_path:
     return load(data.tokenizer_path, data.tokenizer_type, data.lower_case)
   if not workdir:

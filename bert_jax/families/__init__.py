@@ -1,12 +1,12 @@
 """Encoder families: each owns its encoder, once.
 
-A family (BERT, ALBERT, ELECTRA, DistilBERT, ModernBERT) declares, in one
-module, everything that is its own: the encoder and its model config
-fields, its Hugging Face tables read both ways (the pretraining classes and
-the bare encoder, ``{Prefix}Model``), where its Hugging Face task classes
-put a head (:class:`bert_jax.models.heads.HeadLayout`), its pretraining
-objective(s), the FLOPs of its encoder, and how a run of it holds its
-encoder. Task kinds (``bert_jax/tasks/``) know nothing of families; any
+A family (BERT, ALBERT, ELECTRA, DistilBERT, ModernBERT, RoBERTa, XLM-R)
+declares, in one module, everything that is its own: the encoder and its
+model config fields, its Hugging Face tables read both ways (the pretraining
+classes and the bare encoder, ``{Prefix}Model``), where its Hugging Face
+task classes put a head (:class:`bert_jax.models.heads.HeadLayout`), its
+pretraining objective(s), the FLOPs of its encoder, and how a run of it
+holds its encoder. Task kinds (``bert_jax/tasks/``) know nothing of families; any
 family's encoder with any kind's head is derived (``bert_jax/compose.py``).
 
   bert.py        BERT (BertForPreTraining / MaskedLM / Model)
@@ -16,6 +16,9 @@ family's encoder with any kind's head is derived (``bert_jax/compose.py``).
   distilbert.py  DistilBERT (the student of a distillation run)
   modernbert.py  ModernBERT (pre-norm, rotary, GeGLU; its prediction head
                  before every task head)
+  roberta.py     RoBERTa (BERT's encoder, positions from the padding id,
+                 no NSP head)
+  xlm_roberta.py XLM-R (RoBERTa's architecture under its own classes)
 
 Adding a family is one module here (plus its model in ``models/`` when it
 is a new architecture) and one line in :data:`MODULES`.
@@ -97,6 +100,8 @@ MODULES = {
     "electra": "bert_jax.families.electra",
     "distilbert": "bert_jax.families.distilbert",
     "modernbert": "bert_jax.families.modernbert",
+    "roberta": "bert_jax.families.roberta",
+    "xlm-roberta": "bert_jax.families.xlm_roberta",
 }
 
 

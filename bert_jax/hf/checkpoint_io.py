@@ -33,7 +33,7 @@ from bert_jax.hf import vocab
 ARCH_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
                "num_attention_heads", "intermediate_size",
                "max_position_embeddings", "type_vocab_size", "hidden_act",
-               "layer_norm_eps")
+               "layer_norm_eps", "positions_from_pad", "pad_token_id")
 
 UNTRAINED_HEADS_NOTE = "UNTRAINED_HEADS.md"
 # config.json special-token ids (ModernBertConfig's) -> the
@@ -258,7 +258,8 @@ def save_hf_model(out_dir: str, params, model_config, *,
       params = vocab.trim(params, n_tok)
       model_config = ml_collections.ConfigDict(model_config.to_dict())
       model_config.vocab_size = n_tok
-    pad = tok.token_to_id(tokenizer_files.SPECIAL_TOKENS["pad_token"])
+    pad = tok.token_to_id(tokenizer_files.special_token_names(
+        tokenizer).get("pad_token", ""))
     pad_id = 0 if pad is None else pad
   sd = mapping.to_hf_state_dict(params, table)
   os.makedirs(out_dir, exist_ok=True)
@@ -271,9 +272,9 @@ def save_hf_model(out_dir: str, params, model_config, *,
         out_dir, tokenizer, tokenizer=tok,
         model_max_length=int(model_config.max_position_embeddings))
     written += ["tokenizer.json", "tokenizer_config.json",
-                "special_tokens_map.json",
-                "vocab.txt" if tokenizer.kind == "wordpiece" else
-                "spiece.model"]
+                "special_tokens_map.json"]
+    written += {"wordpiece": ["vocab.txt"], "sentencepiece": [
+        "spiece.model"]}.get(tokenizer.kind, [])
   extra = dict(fam.config_fields(model_config, tuple(label_names))
                ) if fam.config_fields else {}
   if source:

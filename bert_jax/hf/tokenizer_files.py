@@ -3,7 +3,9 @@
 Builds a ``tokenizers.Tokenizer`` that gives the same ids as the in-graph
 tf_text tokenizer (WordPiece vocab.txt or SentencePiece .model), writes
 tokenizer.json + tokenizer_config.json so that ``AutoTokenizer`` loads it with
-no custom code, and reads the tokenizer of an HF directory. No TensorFlow.
+no custom code, and reads the tokenizer of an HF directory. A run whose
+tokenizer is a tokenizer.json ("hf_json") exports that file as it is, with
+its tokenizer_config.json (or one naming its special tokens). No TensorFlow.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from tokenizers import normalizers
 from tokenizers import pre_tokenizers
 from tokenizers import processors
 
+from bert_jax.data import hf_json_tokenizer
 from bert_jax.data import tokenizers as tokenizers_lib
 
 # tokenizer_config.json names of our special tokens: "[CLS]" -> "cls_token".
@@ -36,9 +39,34 @@ SPECIAL_TOKENS = {t.strip("[]").lower() + "_token": t
 @dataclasses.dataclass
 class TokenizerSpec:
   """Where a training run's tokenizer lives and how it was used."""
-  kind: str  # "sentencepiece" or "wordpiece"
-  path: str  # the .model file or vocab.txt
+  kind: str  # "sentencepiece", "wordpiece" or "hf_json"
+  path: str  # the .model file, vocab.txt or tokenizer.json
   lower_case: bool = True
+
+
+def _hf_json_names(spec: TokenizerSpec) -> dict[str, str]:
+  """tokenizer_config.json names of a tokenizer.json's special tokens, by
+  the roles bert_jax reads from it ({"cls_token": "<s>", ...})."""
+  with open(spec.path, encoding="utf-8") as f:
+    text = f.read()
+  beside = os.path.join(os.path.dirname(spec.path),
+                        hf_json_tokenizer.CONFIG_FILE)
+  config = None
+  if os.path.isfile(beside):
+    with open(beside, encoding="utf-8") as f:
+      config = f.read()
+  tok = hf_json_tokenizer.load(spec.path, text, config)
+  return {f"{role}_token": tok.pieces[getattr(tok, f"{role}_id")]
+          for role in ("cls", "sep", "pad", "mask", "unk")
+          if getattr(tok, f"{role}_id") is not None}
+
+
+def special_token_names(spec: TokenizerSpec) -> dict[str, str]:
+  """{"pad_token": name, ...}: the names of the spec's special tokens as a
+  tokenizer_config.json gives them (BERT's for our own kinds)."""
+  if spec.kind == hf_json_tokenizer.HF_JSON:
+    return _hf_json_names(spec)
+  return dict(SPECIAL_TOKENS)
 
 
 def _special_added_tokens(tokens):
@@ -175,13 +203,15 @@ def _sentencepiece_tokenizer(model_path: str, lower_case: bool):
 def build_hf_tokenizer(spec: TokenizerSpec):
   """A `tokenizers.Tokenizer` matching the training tokenizer, with BERT's
   [CLS] A [SEP] (B [SEP]) template and the special tokens registered."""
+  if spec.kind == hf_json_tokenizer.HF_JSON:  # Its own template and specials.
+    return Tokenizer.from_file(spec.path)
   if spec.kind == "wordpiece":
     tok, vocab = _wordpiece_tokenizer(spec.path, spec.lower_case)
   elif spec.kind == "sentencepiece":
     tok, vocab = _sentencepiece_tokenizer(spec.path, spec.lower_case)
   else:
     raise ValueError(f"data.tokenizer_type={spec.kind!r}: expected "
-                     "'sentencepiece' or 'wordpiece'.")
+                     "'sentencepiece', 'wordpiece' or 'hf_json'.")
   specials = [t for t in SPECIAL_TOKENS.values() if t in vocab]
   for t in ("[CLS]", "[SEP]", "[MASK]"):
     if t not in vocab:
@@ -204,6 +234,8 @@ def write_hf_tokenizer_files(out_dir: str, spec: TokenizerSpec, *,
   """
   tok = tokenizer if tokenizer is not None else build_hf_tokenizer(spec)
   os.makedirs(out_dir, exist_ok=True)
+  if spec.kind == hf_json_tokenizer.HF_JSON:
+    return _write_hf_json(out_dir, spec, model_max_length)
   tok.save(os.path.join(out_dir, "tokenizer.json"))
   vocab = tok.get_vocab()
   specials = {k: v for k, v in SPECIAL_TOKENS.items() if v in vocab}
@@ -231,6 +263,29 @@ def write_hf_tokenizer_files(out_dir: str, spec: TokenizerSpec, *,
     json.dump(cfg, f, indent=2)
   with open(os.path.join(out_dir, "special_tokens_map.json"), "w") as f:
     json.dump(specials, f, indent=2)
+  return cfg
+
+
+def _write_hf_json(out_dir: str, spec: TokenizerSpec,
+                   model_max_length: int) -> dict:
+  """A tokenizer.json run's files: the file itself, its
+  tokenizer_config.json (or one naming its special tokens) with the
+  model's length, the special tokens map."""
+  names = special_token_names(spec)
+  shutil.copyfile(spec.path, os.path.join(out_dir, "tokenizer.json"))
+  beside = os.path.join(os.path.dirname(spec.path),
+                        hf_json_tokenizer.CONFIG_FILE)
+  cfg = dict(names, tokenizer_class="PreTrainedTokenizerFast",
+             clean_up_tokenization_spaces=False)
+  if os.path.isfile(beside):
+    with open(beside, encoding="utf-8") as f:
+      cfg = json.load(f)
+    cfg.pop("auto_map", None)  # Custom code bert_jax does not ship.
+  cfg["model_max_length"] = int(model_max_length)
+  with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
+    json.dump(cfg, f, indent=2)
+  with open(os.path.join(out_dir, "special_tokens_map.json"), "w") as f:
+    json.dump(names, f, indent=2)
   return cfg
 
 

@@ -7,6 +7,8 @@
                attend) other encoder families call
   bert.py      BERT's embeddings, encoder blocks and heads
                (pretraining, masked LM, sequence classification)
+  roberta.py   RoBERTa / XLM-R's masked LM: BERT's encoder with positions
+               counted from the padding id
   albert.py    ALBERT: factorized embeddings, blocks shared across layers
   electra.py   ELECTRA's generator and discriminator on shared embeddings
   modernbert.py  ModernBERT: pre-norm GeGLU blocks, MLM and classification

@@ -48,9 +48,12 @@ class Embeddings(nnx.Module):
   projection to the hidden size belongs to the :class:`Encoder` that reads
   them, so that two encoders of different widths can share one table
   (ELECTRA's generator and discriminator).
-  With model.type_vocab_size 0 there is no segment table (DistilBERT).
+  With model.type_vocab_size 0 there is no segment table (DistilBERT); with
+  1 every token is of type 0 (RoBERTa: a pair's second segment too, as its
+  tokenizers give).
   Positions are 0..T-1, or `position_ids` [B, T] (packed rows restart them
-  at 0 in each sequence).
+  at 0 in each sequence); with model.positions_from_pad (RoBERTa, XLM-R)
+  they start at model.pad_token_id + 1 (:func:`position_ids_from_pad`).
   """
 
   def __init__(self, config, *, rngs: nnx.Rngs):
@@ -65,6 +68,8 @@ class Embeddings(nnx.Module):
     self.layer_norm = LayerNorm(config, d, rngs=rngs)
     self.dropout = nnx.Dropout(config.hidden_dropout_prob)
     self.dtype = compute_dtype(config)
+    self.pad_id = (int(config.pad_token_id) if config.positions_from_pad
+                   else None)
 
   def __call__(self, input_ids, segment_ids, *, deterministic, rngs,
                position_ids=None):
@@ -74,12 +79,16 @@ class Embeddings(nnx.Module):
     # rematerialization") to reach the batch-split activation layout.
     table = logical.constrain(self.word_embeddings[...], ("vocab", None))
     x = jnp.take(table, input_ids, axis=0)
+    if self.pad_id is not None:
+      position_ids = position_ids_from_pad(input_ids, self.pad_id,
+                                           position_ids)
     if position_ids is None:
       x = x + self.position_embeddings[...][:seq_len][None]
     else:
       x = x + jnp.take(self.position_embeddings[...], position_ids, axis=0)
     if self.token_type_embeddings is not None:
-      if segment_ids is None:  # One segment, as HF's token_type_ids default.
+      if segment_ids is None or self.token_type_embeddings.shape[0] == 1:
+        # One segment, as HF's token_type_ids default (one type: RoBERTa).
         segment_ids = jnp.zeros_like(input_ids)
       types = logical.constrain(self.token_type_embeddings[...],
                                 ("type", None))
@@ -88,6 +97,23 @@ class Embeddings(nnx.Module):
                               "activation_embed"))
     x = self.layer_norm(x)
     return self.dropout(x, deterministic=deterministic, rngs=rngs)
+
+
+def position_offset(config) -> int:
+  """How far positions are shifted into the table: model.pad_token_id + 1
+  with model.positions_from_pad (RoBERTa, XLM-R), else 0."""
+  return int(config.pad_token_id) + 1 if config.positions_from_pad else 0
+
+
+def position_ids_from_pad(input_ids, pad_id: int, position_ids=None):
+  """RoBERTa's position ids [B, T]: tokens that are not `pad_id` count
+  pad_id + 1, pad_id + 2, ... and padding takes pad_id, as Hugging Face's
+  ``create_position_ids_from_input_ids``; packed rows (`position_ids` given,
+  restarting at 0 in each sequence) are shifted by pad_id + 1."""
+  real = (input_ids != pad_id).astype(jnp.int32)
+  if position_ids is None:
+    position_ids = jnp.cumsum(real, axis=-1) - 1
+  return jnp.where(real > 0, position_ids + pad_id + 1, pad_id)
 
 
 class FeedForward(nnx.Module):
@@ -394,6 +420,14 @@ def validate_model_config(config: ml_collections.ConfigDict) -> None:
         f"model.type_vocab_size={config.type_vocab_size} and "
         f"model.embedding_size={config.embedding_size} must be >= 0 "
         "(0: no segment table / tables as wide as hidden_size).")
+  if config.positions_from_pad and not (
+      0 <= int(config.pad_token_id) < min(int(config.vocab_size),
+                                          int(config.max_position_embeddings) - 1)):
+    raise ValueError(
+        f"model.pad_token_id={config.pad_token_id} must be a token id below "
+        f"model.vocab_size={config.vocab_size} and leave positions after it "
+        f"(model.max_position_embeddings={config.max_position_embeddings}): "
+        "with model.positions_from_pad positions start at pad_token_id + 1.")
   groups, layers = int(config.num_hidden_groups), int(config.num_hidden_layers)
   if groups < 1 or layers % groups or int(config.inner_group_num) < 1:
     raise ValueError(

@@ -15,6 +15,7 @@ kind's head on a family's encoder (``bert_jax/compose.py``).
   electra.py    ELECTRA: generator MLM plus replaced-token detection
   distil.py     DistilBERT: a student distilled from a frozen teacher
   modernbert.py ModernBERT: masked LM alone
+  roberta.py    RoBERTa / XLM-R: masked LM alone on full sentences
 
 Loss normalisation is global: ``loss_sums`` returns per-batch SUMS (so that
 microbatches and devices add up) including count entries, ``counts`` gives

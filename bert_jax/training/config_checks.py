@@ -13,6 +13,7 @@ from __future__ import annotations
 import ml_collections
 
 from bert_jax import compose
+from bert_jax.data import shard_format
 from bert_jax.models import bert
 from bert_jax.training import optim
 from bert_jax.training import phases as phases_lib
@@ -53,6 +54,13 @@ def check_tokenizer(config: ml_collections.ConfigDict, tok) -> None:
   if missing:
     raise ValueError(f"Tokenizer {tok.path} lacks the special token(s) "
                      f"{', '.join(missing)}.")
+  model = config.model
+  if model.positions_from_pad and tok.pad_id != int(model.pad_token_id):
+    raise ValueError(
+        f"model.pad_token_id={model.pad_token_id}, but the padding token of "
+        f"the tokenizer {tok.path} is id {tok.pad_id}: positions count from "
+        "the padding id (model.positions_from_pad), so they must agree; set "
+        f"--config.model.pad_token_id={tok.pad_id}.")
 
 
 def _check_objective(config) -> None:
@@ -161,6 +169,8 @@ def _check_sources(data, group: str = "data") -> None:
     for s in srcs:
       if s.kind == data_sources.TFDS:
         data_sources.tfds_builder(s, data.tfds_data_dir)
+      elif s.kind == data_sources.SHARDS:
+        shard_format.read_manifest(s.spec, f"data.{field}")
       else:  # Text, JSONL or Parquet files (records: the first one's form).
         files, _ = data_sources.resolve_text_files(s, f"{group}.{field}")
         data_sources.check_records(

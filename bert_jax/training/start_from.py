@@ -13,13 +13,14 @@ mean other tokens: ``data.tokenizer_vocab_size`` does not apply).
   field);
 - the run's ``data.tokenizer_type/tokenizer_path/lower_case`` become the
   source's tokenizer (its ``tokenizer/record.json``, or the vocab.txt /
-  spiece.model of a Hugging Face or imported directory);
+  spiece.model / tokenizer.json of a Hugging Face or imported directory);
 - a ``data.tokenizer_path`` naming another vocabulary, or two sources with
   different tokenizers, are refused with one line naming both. A source
-  whose only tokenizer is a ``tokenizer.json`` (a byte-level BPE, which
-  bert_jax does not run, or any other kind) is compared by ids: the given
-  tokenizer must tokenize a probe text (:data:`PROBE`) as the
-  ``tokenizers`` library does with that file.
+  whose only tokenizer is a ``tokenizer.json`` runs it (``hf_json``: a
+  byte-level BPE, SentencePiece or WordPiece, host-side); a given tokenizer
+  of another kind is used instead when it tokenizes a probe text
+  (:data:`PROBE`) as the ``tokenizers`` library does with that file, and
+  refused otherwise.
 
 A run that resumes from its own checkpoint uses the tokenizer it recorded
 when it started, so the source may be gone by then.
@@ -37,6 +38,7 @@ from bert_jax import compose
 from bert_jax import families
 from bert_jax import pretrained
 from bert_jax.checkpoints import reading as checkpoint_reading
+from bert_jax.data import shard_format
 from bert_jax.data import tokenizers as tokenizers_lib
 from bert_jax.hf import tokenizer_files
 
@@ -65,7 +67,7 @@ def _same(a, b) -> bool:
 
 
 def _describe(spec) -> str:
-  case = ("" if spec.kind == "sentencepiece" else
+  case = ("" if spec.kind != "wordpiece" else
           ", uncased" if spec.lower_case else ", cased")
   return f"{spec.path} ({spec.kind}{case})"
 
@@ -112,13 +114,14 @@ def _probe_difference(given, tokenizer_json: str) -> str | None:
 
 
 def _source_tokenizer(field: str, path: str, given, config):
-  """The tokenizer the params at `path` were trained with; None when it
-  ships none that bert_jax runs and the config names one (`given`, a
-  TokenizerSpec): that one must then give the ids of the source's
-  tokenizer.json on a probe text, or is refused. train.init_from's
-  architecture is checked here too (a teacher's family and architecture
-  with the config, ``check_teacher``): before the run writes anything,
-  not after its compile."""
+  """The tokenizer the params at `path` were trained with; None when the
+  config names one (`given`, a TokenizerSpec) that is used instead: when
+  the source ships none, or only a tokenizer.json that `given` (a
+  tokenizer of another kind, run in graph) tokenizes a probe text as
+  (otherwise refused). train.init_from's architecture is checked here too
+  (a teacher's family and architecture with the config,
+  ``check_teacher``): before the run writes anything, not after its
+  compile."""
   try:
     source = pretrained.resolve(path)
   except (ValueError, FileNotFoundError) as e:
@@ -126,28 +129,51 @@ def _source_tokenizer(field: str, path: str, given, config):
   if field == "train.init_from":
     pretrained.check_fits(source, config.model, field)
   try:
-    return pretrained.tokenizer_spec(source)
+    spec = pretrained.tokenizer_spec(source)
   except FileNotFoundError as e:
-    shipped = pretrained.shipped_tokenizer_json(source)
-    if given is not None and shipped is not None:
-      difference = _probe_difference(given, shipped)
-      if difference is not None:
-        raise ValueError(
-            f"data.tokenizer_path: {given.path} is not the tokenizer "
-            f"{field}={path} was trained with ({shipped}, a "
-            f"{tokenizer_files.tokenizer_json_kind(shipped)}): {difference}, "
-            "so its embeddings would be read with other token ids.") from None
-      logging.info("data.tokenizer_path=%s gives the token ids of %s on a "
-                   "probe text.", given.path, shipped)
-      return None
     if given is not None:
       logging.warning("%s=%s ships no tokenizer file to compare with (%s); "
                       "using data.tokenizer_path as given.", field, path, e)
       return None
     raise FileNotFoundError(
-        f"{field}: {e} Set data.tokenizer_path to a tokenizer bert_jax runs "
-        "that gives the same token ids (checked on a probe text), if there "
-        "is one.") from None
+        f"{field}: {e} Set data.tokenizer_path to the tokenizer its params "
+        "were trained with.") from None
+  if spec.kind == "hf_json" and given is not None and given.kind != "hf_json":
+    # A tokenizer that runs in graph (a WordPiece tokenizer.json's
+    # vocab.txt) is used instead when it gives the same ids.
+    difference = _probe_difference(given, spec.path)
+    if difference is not None:
+      raise ValueError(
+          f"data.tokenizer_path: {given.path} is not the tokenizer "
+          f"{field}={path} was trained with ({spec.path}, a "
+          f"{tokenizer_files.tokenizer_json_kind(spec.path)}): {difference}, "
+          "so its embeddings would be read with other token ids.")
+    logging.info("data.tokenizer_path=%s gives the token ids of %s on a "
+                 "probe text.", given.path, spec.path)
+    return None
+  if field == "train.init_from":
+    _check_source_tokenizer(path, spec, source)
+  return spec
+
+
+def _check_source_tokenizer(path: str, spec, source) -> None:
+  """train.init_from's tokenizer has the special tokens masked-LM training
+  needs and no more tokens than the source's embedding table has rows
+  (ValueError naming both, before anything is written)."""
+  tok = tokenizers_lib.load(spec.path, spec.kind, spec.lower_case)
+  missing = tok.missing_special_tokens
+  if missing:
+    raise ValueError(
+        f"train.init_from: {path}'s tokenizer {spec.path} lacks the special "
+        f"token(s) {', '.join(missing)}: masked-LM training needs them.")
+  rows = (int(source.config.model.vocab_size) if source.config is not None
+          else None)
+  if rows is not None and tok.vocab_size > rows:
+    raise ValueError(
+        f"train.init_from: {path}'s tokenizer {spec.path} has "
+        f"{tok.vocab_size} tokens, but its embedding table has {rows} rows "
+        f"(model.vocab_size): ids {rows} and up would have no embedding; the "
+        "tokenizer is not the one these params were trained with.")
 
 
 def check_teacher(config) -> None:
@@ -180,9 +206,102 @@ def check_teacher(config) -> None:
 
 def resolve(config, workdir: str) -> ml_collections.ConfigDict:
   """`config` with the tokenizer of the params it starts from (a copy;
-  `config` itself when it starts from none). ValueError or
-  FileNotFoundError, one sentence naming the field, when a source is no
-  checkpoint or the tokenizers disagree."""
+  `config` itself when it starts from none), else of the pre-tokenized
+  shards it reads. ValueError or FileNotFoundError, one sentence naming the
+  field, when a source is no checkpoint or the tokenizers disagree (the
+  shards' too)."""
+  return _with_shards(_from_params(config, workdir))
+
+
+# Model fields that are how a run computes, not what its params are: never
+# taken from init_from; and fields the user may set to another value than
+# init_from's (dropout, the size of a task head).
+_RUNTIME_FIELDS = ("dtype", "attention_impl", "splash_interpret", "fused_qkv",
+                   "remat_policy")
+_FREE_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob",
+                "classifier_dropout_prob", "num_labels")
+
+
+def adopt_architecture(config, overrides) -> ml_collections.ConfigDict:
+  """`config` with train.init_from's model config (a copy): the source
+  decides the architecture and vocabulary, not the config file's sizes.
+  `overrides`: the config fields the user set ("model.hidden_size", from
+  the command line); one that contradicts the source is refused naming
+  both values (a larger model.vocab_size only pads the table), as is a
+  source of another family than the run's. Runs that start from nothing
+  are returned as they are."""
+  path = config.train.init_from
+  if not path:
+    return config
+  try:
+    source = pretrained.resolve(path)
+  except (ValueError, FileNotFoundError) as e:
+    raise type(e)(f"train.init_from: {e}") from None
+  if source.config is None:
+    return config
+  have, want = compose.family(source.config), compose.family(config)
+  if have.name != want.name:
+    raise ValueError(
+        f"train.init_from: {path} holds a {have.title} model "
+        f"({source.objective!r}), but the config trains "
+        f"objective.name={config.objective.name!r} ({want.title}); use a "
+        f"{have.title} config.")
+  out = ml_collections.ConfigDict(config.to_dict())
+  taken = []
+  for field, theirs in source.config.model.items():
+    mine = out.model.get(field)
+    if field in _RUNTIME_FIELDS or mine == theirs:
+      continue
+    if f"model.{field}" in overrides:
+      if field in _FREE_FIELDS or (field == "vocab_size" and
+                                   int(mine) > int(theirs)):
+        continue
+      raise ValueError(
+          f"train.init_from: {path} has model.{field}={theirs}, but "
+          f"--config.model.{field}={mine} was given: the source's config "
+          "decides the architecture; drop the override.")
+    out.model[field] = theirs
+    taken.append(f"{field}={theirs}")
+  if taken:
+    logging.info("Model from train.init_from=%s: %s.", path, ", ".join(taken))
+  return out
+
+
+def _shard_manifests(data) -> list:
+  """(field, manifest) of every shards source of `data`."""
+  from bert_jax.data import sources as data_sources  # TensorFlow's gfile.
+  return [(f"data.{field}", shard_format.read_manifest(s.spec,
+                                                       f"data.{field}"))
+          for field in ("sources", "eval_sources")
+          for s in data_sources.parse_sources(data.get(field, ""),
+                                              f"data.{field}")
+          if s.kind == data_sources.SHARDS]
+
+
+def _with_shards(config) -> ml_collections.ConfigDict:
+  """Shards are token ids of one tokenizer: a run that names none (and
+  starts from no params) takes theirs; any other is refused, as are shards
+  cut into other blocks than the config's (``shard_format.check_run``)."""
+  manifests = _shard_manifests(config.data)
+  if not manifests:
+    return config
+  if not config.data.tokenizer_path:
+    field, m = manifests[0]
+    config = _with(config, tokenizer_files.TokenizerSpec(
+        m.tokenizer["kind"], m.tokenizer_path,
+        bool(m.tokenizer["lower_case"])),
+                   f"the one {field}: shards:{m.directory} were made with")
+  data = config.data
+  digest = shard_format.tokenizer_hash(data.tokenizer_path,
+                                       data.tokenizer_type,
+                                       bool(data.lower_case))
+  for field, m in manifests:
+    shard_format.check_run(m, data, digest, data.tokenizer_path, field)
+  return config
+
+
+def _from_params(config, workdir: str) -> ml_collections.ConfigDict:
+  """`config` with the tokenizer of the params it starts from."""
   found = sources(config)
   if not found:
     return config

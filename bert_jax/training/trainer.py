@@ -486,12 +486,19 @@ def run_trainer(trainer: Trainer, lock) -> dict:
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
-                       take_over_workdir: bool = False) -> dict:
+                       take_over_workdir: bool = False,
+                       overrides=None) -> dict:
   """Train per `config` in `workdir`, resuming from its latest checkpoint.
 
-  Every check runs before anything is written; then the run takes the
-  workdir (`workdir_lock`: a second run on it is refused before it writes).
+  `overrides` (the config fields the user set, e.g. "model.hidden_size"):
+  given, train.init_from's model config replaces the config's where the
+  user set nothing (``start_from.adopt_architecture``); None: the config's
+  model must be the source's. Every check runs before anything is written;
+  then the run takes the workdir (`workdir_lock`: a second run on it is
+  refused before it writes).
   """
+  if overrides is not None:
+    config = start_from.adopt_architecture(config, overrides)
   phases = config_checks.validate(config, jax.device_count(),
                                   jax.process_count())
   config = start_from.resolve(config, workdir)  # The tokenizer of init_from.

@@ -214,25 +214,6 @@ def test_bad_setup_is_one_error_before_anything_is_written(task, tmp_path,
   assert not workdir.exists()  # Not even the lock or the directory.
 
 
-def test_checkpoint_with_a_byte_level_bpe_tokenizer_names_it(tmp_path):
-  """A Hugging Face ModernBERT directory ships only a byte-level BPE
-  tokenizer.json, which bert_jax does not run: one line naming the field,
-  the directory and the tokenizer's kind, before anything is written."""
-  d = tiny_models.make_byte_level_modernbert_dir(str(tmp_path / "mb"))
-  train, dev = tiny_models.write_keyword_task(str(tmp_path / "task"),
-                                              n_train=16, n_dev=8)
-  config = tiny_models.finetune_config(d["out"], train, dev)
-  workdir = tmp_path / "run"
-  with pytest.raises(FileNotFoundError) as e:
-    finetuning.run(config, str(workdir))
-  assert str(e.value) == (
-      f"train.init_from: {d['out']} ships only a tokenizer.json (no "
-      "vocab.txt or spiece.model), and its tokenizer.json is a byte-level "
-      "BPE, which bert_jax does not run yet; bert_jax runs a WordPiece "
-      "vocab.txt or a SentencePiece .model, and the directory has neither.")
-  assert not workdir.exists()
-
-
 def _write_rows(path, fmt, rows):
   """rows [(text, label)] as CSV, TSV or JSONL with fields text, label."""
   with open(path, "w", newline="") as f:

@@ -1,6 +1,6 @@
-"""Shared checks for objectives beyond BERT (ALBERT, DistilBERT, ModernBERT),
-and for BERT and ModernBERT on packed rows ("bert_packed",
-"modernbert_packed").
+"""Shared checks for objectives beyond BERT (ALBERT, DistilBERT, ModernBERT,
+RoBERTa), and for BERT, ModernBERT and RoBERTa on packed rows
+("bert_packed", "modernbert_packed", "roberta_packed").
 
 `mesh_losses` runs 3 train steps of an objective on 1 device and on 8
 simulated CPU devices (DP=8, FSDP=8, DP=4 x TP=2) in a subprocess whose
@@ -63,6 +63,15 @@ def family_config(family: str, data=1, fsdp=1, tensor=1):
     c.model.update(MODERNBERT_TINY)
     c.data.update(objective="packed", nsp=False)
     if family == "modernbert_packed":
+      c.data.update(packing=True, packing_max_sequences=PACKED_SEQUENCES)
+  elif family in ("roberta", "xlm-roberta", "roberta_packed"):
+    c.objective.name = "xlm-roberta" if family == "xlm-roberta" else "roberta"
+    # One token type; positions from the padding id (the synthetic batches
+    # pad with 0).
+    c.model.update(type_vocab_size=1, positions_from_pad=True,
+                   pad_token_id=0, layer_norm_eps=1e-5)
+    c.data.update(objective="packed", nsp=False)
+    if family == "roberta_packed":
       c.data.update(packing=True, packing_max_sequences=PACKED_SEQUENCES)
   else:
     raise ValueError(family)

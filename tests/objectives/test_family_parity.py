@@ -1,5 +1,6 @@
-"""Training dynamics of ALBERT, DistilBERT distillation and ELECTRA equal
-independent Hugging Face PyTorch implementations, step by step.
+"""Training dynamics of ALBERT, DistilBERT distillation, ELECTRA, ModernBERT
+and RoBERTa equal independent Hugging Face PyTorch implementations, step by
+step.
 
 As tests/downstream/test_finetune_parity.py does for fine-tuning: from
 identical weights (our freshly initialized params, exported as Hugging Face
@@ -33,9 +34,12 @@ directories and the saved arrays.
   generator's loss drifts 3e-5 in these 20 steps). Each network's loss is
   compared too: 50 x BCE dominates the total.
 
+- roberta: `RobertaForMaskedLM` with its own loss, its positions counted
+  from the padding id as ours (`model.positions_from_pad`).
+
 Each family also has a check that the comparison fails on a wrong reference.
 Max relative differences measured (20 steps): albert 6e-7, distil 2e-7,
-electra 3.9e-6 (discriminator BCE 4.7e-6, generator MLM 4e-7).
+electra 3.9e-6 (discriminator BCE 4.7e-6, generator MLM 4e-7), roberta 1e-6.
 """
 
 import contextlib
@@ -632,6 +636,70 @@ def test_modernbert_parity_sees_a_wider_window(modernbert_run):
   with one_thread():
     theirs, _ = modernbert_reference(r["model_dir"], r["batch_path"],
                                      r["hp"], local_attention=10)
+  rel = max_rel(r["losses"], theirs)
+  print(f"perturbed reference: max relative difference {rel:.3g}")
+  assert rel > 10 * TOLERANCE
+
+
+# =============================================================================
+# RoBERTa: masked LM alone, positions counted from the padding id.
+# =============================================================================
+def roberta_reference(model_dir, batch_path, hp, **config):
+  """RobertaForMaskedLM with its own loss (`labels` with -100 off the masked
+  positions); its positions come from input_ids != pad_token_id."""
+  torch.manual_seed(0)
+  model = load(transformers.RobertaForMaskedLM, model_dir,
+               hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+               **config)
+  model.train()
+  opt = TorchOptimizer(model.named_parameters(), **hp)
+  losses = []
+  for batch in load_arrays(batch_path):
+    b = tensors(batch)
+    out = model(input_ids=b["input_ids"].long(),
+                attention_mask=b["input_mask"].long(), labels=mlm_labels(b))
+    losses.append(opt.step(out.loss))
+  return np.array(losses), opt.numel()
+
+
+@pytest.fixture(scope="module")
+def roberta_run(tmp_path_factory):
+  from bert_jax.families import roberta as roberta_family
+  from bert_jax.hf import checkpoint_io
+  from tests.helpers import family_checks
+  base = str(tmp_path_factory.mktemp("roberta_parity"))
+  config = family_checks.family_config("roberta")  # Padding id 0.
+  config.data.update(max_predictions_per_seq=PREDS, seq_length=SEQ)
+  config.train.update(TRAIN)
+  batches = masked_batches(NUM_STEPS, config.model.vocab_size, seed=4,
+                           two_segments=False)
+  init, losses, norms, _ = our_run(config, batches)
+  model_dir = os.path.join(base, "init_hf")
+  checkpoint_io.save_hf_model(model_dir, init["params"], config.model,
+                              table=roberta_family.FAMILY.pretraining_tables[0])
+  batch_path = os.path.join(base, "batches.npz")
+  save_arrays(batch_path, batches)
+  return dict(hp=hparams(config), losses=losses, norms=norms,
+              size=count(init["params"]), model_dir=model_dir,
+              batch_path=batch_path)
+
+
+def test_roberta_per_step_loss_equals_pytorch(roberta_run):
+  r = roberta_run
+  with one_thread():
+    theirs, numel = roberta_reference(r["model_dir"], r["batch_path"],
+                                      r["hp"])
+  assert numel == r["size"]  # The decoder is the embedding, once.
+  compare("roberta", r["losses"], theirs, r["norms"], r["hp"])
+
+
+def test_roberta_parity_sees_positions_from_another_padding_id(roberta_run):
+  """The reference counting positions from padding id 3 instead of 0 (every
+  position two further into the table) breaks the comparison."""
+  r = roberta_run
+  with one_thread():
+    theirs, _ = roberta_reference(r["model_dir"], r["batch_path"], r["hp"],
+                                  pad_token_id=3)
   rel = max_rel(r["losses"], theirs)
   print(f"perturbed reference: max relative difference {rel:.3g}")
   assert rel > 10 * TOLERANCE

@@ -11,6 +11,7 @@ import pytest
 from flax import nnx
 
 from bert_jax import benchmarking
+from bert_jax import compose
 from bert_jax.models import bert
 from bert_jax.training import sharding
 from bert_jax.training import steps as steps_lib
@@ -261,6 +262,40 @@ def test_modernbert_sparse_peer_computes_logits_at_the_masked_positions_only(
                                                 rel=1e-5)
   np.testing.assert_array_equal(peer.read_batches(path)[1]["input_ids"],
                                 batches[1]["input_ids"])
+
+
+def test_roberta_sparse_peer_is_the_dense_loss_at_the_masked_positions(
+    tmp_path):
+  """The fair RoBERTa peer (transformers has no sparse head option: the
+  encoder and lm_head on the gathered positions) gives
+  RobertaForMaskedLM's own loss on the same batches; peer_specs runs it
+  first, then the dense one."""
+  torch = pytest.importorskip("torch")
+  pytest.importorskip("transformers")
+  from tests.helpers import family_checks
+  peer = helpers.import_tool("bench_peer")
+  benchmark = helpers.import_tool("benchmark")
+  assert [(n, s.get("sparse_prediction")) for n, _, s in benchmark.peer_specs(
+      "roberta", ("torch",), {}, "float32", "b")] == [
+          ("pytorch", True), ("pytorch_dense", False)]
+  config = family_checks.family_config("roberta")
+  batches = benchmarking.synthetic_batches(2, 4, 32, 5,
+                                           config.model.vocab_size)
+  path = str(tmp_path / "batches.npz")
+  benchmark.write_batches(path, batches)
+  table = compose.family(config).pretraining_tables[0]
+  spec = dict(bert_config=table.config_to_hf(config.model),
+              family="roberta", dtype="float32", batches=path)
+  losses = {}
+  for sparse in (True, False):
+    s = dict(spec, sparse_prediction=sparse)
+    m = peer.torch_model(s).eval()  # No dropout: the two runs compare.
+    b = peer.torch_batches(s)[0]
+    with torch.no_grad():
+      losses[sparse] = float(peer.roberta_sparse_loss(m, b) if sparse
+                             else m(**b).loss)
+  assert type(m).__name__ == "RobertaForMaskedLM"
+  assert losses[True] == pytest.approx(losses[False], rel=1e-5)
 
 
 @pytest.mark.slow

@@ -126,7 +126,8 @@ def test_gpt2_directory_says_what_it_is(tmp_path):
   assert str(e.value) == (
       f"train.init_from: {d} is a Hugging Face 'gpt2' model "
       "(GPT2LMHeadModel), not an encoder bert_jax reads (model_type 'albert',"
-      " 'bert', 'distilbert', 'electra', 'modernbert').")
+      " 'bert', 'distilbert', 'electra', 'modernbert', 'roberta', "
+      "'xlm-roberta').")
 
 
 def _distil(teacher, **model):
@@ -205,17 +206,16 @@ def test_tokenizer_of_other_ids_than_a_tokenizer_json_is_refused(byte_level,
   assert not workdir.exists()
 
 
-def test_byte_level_source_without_a_tokenizer_path_says_what_it_ships(
+def test_byte_level_source_without_a_tokenizer_path_runs_its_own(
     byte_level, tmp_path):
+  """A directory whose only tokenizer is a byte-level BPE tokenizer.json
+  gives the run that file (hf_json, run host-side)."""
   out = byte_level["out"]
   config = byte_level["config"].copy_and_resolve_references()
   config.train.init_from = out
-  with pytest.raises(FileNotFoundError) as e:
-    start_from.resolve(config, str(tmp_path / "run"))
-  assert str(e.value).startswith(
-      f"train.init_from: {out} ships only a tokenizer.json (no vocab.txt or "
-      "spiece.model), and its tokenizer.json is a byte-level BPE, which "
-      "bert_jax does not run yet;"), str(e.value)
+  data = start_from.resolve(config, str(tmp_path / "run")).data
+  assert (data.tokenizer_type, data.tokenizer_path) == (
+      "hf_json", os.path.join(out, "tokenizer.json"))
 
 
 def _minilm_with_tokenizer_json_only(tmp_path):
