@@ -23,6 +23,11 @@
   span_features.py  [CLS] q [SEP] context windows with character offsets
   feature_batches.py  windows, max context, bucketed batches of precomputed
                     features with a JSON resume state
+  pair_sources.py   sentence pairs: the user's CSV/TSV/JSONL (every row
+                    whole), TFDS glue/stsb and glue/mrpc
+  pair_batches.py   pairs / triplets of texts each encoded alone: [B, K, L]
+                    batches, a resumable iterator, eval batches
+  beir.py           BEIR retrieval files: corpus (streamed), queries, qrels
 
 May import: ``config_lib`` and ``models``. Never training, downstream or an
 entry point.
