@@ -220,7 +220,8 @@ class Scorer:
       if data.metric == RETRIEVAL:
         path = os.path.join(d, RUN_FILE)
         with tf.io.gfile.GFile(path, "w") as f:
-          f.writelines(retrieval_metrics.run_lines(predicted))
+          for line in retrieval_metrics.run_lines(predicted):
+            f.write(line)
       else:
         path = os.path.join(d, PREDICTIONS_FILE)
         strings = data.texts.strings
