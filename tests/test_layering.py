@@ -40,6 +40,7 @@ LAYERS = (
      "bert_jax.benchmarking"),
     ("bert_jax.main", "bert_jax.finetune", "bert_jax.fill_mask",
      "bert_jax.embed", "bert_jax.zero_shot", "bert_jax.to_hf",
+     "bert_jax.evaluate_embeddings",
      "bert_jax.from_hf"),
 )
 ENTRY_POINTS = LAYERS[-1]

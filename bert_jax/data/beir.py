@@ -39,12 +39,17 @@ class Retrieval:
 
 
 def _open(path: str):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top  (gs://)
-  if not tf.io.gfile.exists(path):
+  """A local file, or a tf.io.gfile path (gs://: TensorFlow only then)."""
+  if "://" in path:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top  (gs://)
+    exists, opener = tf.io.gfile.exists, tf.io.gfile.GFile
+  else:
+    exists, opener = os.path.isfile, open
+  if not exists(path):
     raise FileNotFoundError(
         f"{path} does not exist (a BEIR directory holds {CORPUS}, "
         f"{QUERIES} and {QRELS_DIR}/<split>.tsv).")
-  return tf.io.gfile.GFile(path, "rb")
+  return opener(path, "rb")
 
 
 def _jsonl(path: str):

@@ -21,6 +21,7 @@ import csv
 import dataclasses
 import io
 import json
+import os
 from typing import Sequence
 
 import numpy as np
@@ -50,10 +51,15 @@ class PairRows:
 
 
 def _read_text(path: str) -> str:
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top  (gs://)
-  if not tf.io.gfile.exists(path):
+  """A local file, or a tf.io.gfile path (gs://: TensorFlow only then)."""
+  if "://" in path:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top  (gs://)
+    exists, opener = tf.io.gfile.exists, tf.io.gfile.GFile
+  else:
+    exists, opener = os.path.isfile, open
+  if not exists(path):
     raise FileNotFoundError(f"{path} does not exist.")
-  with tf.io.gfile.GFile(path, "rb") as f:
+  with opener(path, "rb") as f:
     return f.read().decode("utf-8-sig")  # Excel writes a BOM.
 
 

@@ -123,6 +123,4 @@ def test_global_negatives_give_one_loss_on_any_mesh(tmp_path):
 
 
 if __name__ == "__main__":
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
-      os.path.abspath(__file__)))))
   _child(sys.argv[1])
