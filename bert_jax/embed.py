@@ -106,10 +106,10 @@ def main(argv: list[str] | None = None) -> int:
   except (OSError, ValueError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 1
+  norm = ", normalised" if embedder.normalize else ""
   print(f"Wrote {rows} x {embedder.dimension} float32 vectors "
-        f"({embedder.pooling} pooling{', normalised' if embedder.normalize else ''}"
-        f", {embedder.max_length} tokens at most) to "
-        f"{', '.join(files)}.")
+        f"({embedder.pooling} pooling{norm}, {embedder.max_length} tokens at "
+        f"most) to {', '.join(files)}.")
   return 0
 
 

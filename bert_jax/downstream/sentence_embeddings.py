@@ -141,7 +141,7 @@ def _step(model, rows: int, length: int, max_sequences: int):
   """The jitted forward over [rows, length] packed rows -> [rows, S, d],
   rows spread over every device, params replicated."""
   graphdef, state = nnx.split(model)
-  devices = jax.devices()
+  devices = jax.local_devices()  # This process's: a job of one process.
   if rows % len(devices):
     raise ValueError(f"rows_per_step={rows} must be a multiple of the "
                      f"{len(devices)} devices.")
@@ -169,7 +169,7 @@ def load(path: str, step: int | None = None, *, pooling: str | None = None,
   `max_length` default to the model's own, else `default_pooling`, no
   normalisation and max_position_embeddings. Rows are `row_length`
   tokens (default max_length), `rows_per_step` of them (default 8 per
-  device) per compiled step."""
+  device of this process) per compiled step."""
   source = pretrained.resolve(path, step)
   if source.config is None:  # A weights file without config: one error.
     pretrained.load_model_config(source)
@@ -201,7 +201,7 @@ def load(path: str, step: int | None = None, *, pooling: str | None = None,
       model, embeddings.plain_tokenizer(pretrained.load_tokenizer(source),
                                         int(max_length)),
       int(max_length), pooling, bool(normalize), row_length,
-      int(max_sequences), int(rows_per_step or 8 * jax.device_count()),
+      int(max_sequences), int(rows_per_step or 8 * jax.local_device_count()),
       int(mc.hidden_size))
 
 

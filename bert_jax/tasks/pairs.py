@@ -128,6 +128,10 @@ def read(config, label_dir: str):
   if t.get("retrieval_dir", ""):
     evals[RETRIEVAL] = beir.read(t.retrieval_dir, t.retrieval_split)
     metrics[RETRIEVAL] = RETRIEVAL
+  if not evals:
+    raise ValueError("Nothing to score the sentence space on: set "
+                     "task.validation_file (scored pairs) and / or "
+                     "task.retrieval_dir (a BEIR directory).")
   dropped = 0
   if loss == INFONCE and train.scores is not None:
     keep = train.scores >= float(t.positive_threshold)

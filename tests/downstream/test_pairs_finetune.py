@@ -7,8 +7,8 @@ threshold) and BEIR files made of them (retrieval), into results.json,
 metrics.jsonl and TensorBoard; the predictions are each pair's similarity
 and a TREC run file whose trec_eval numbers are the reported ones; the
 export loads in SentenceTransformer with the run's vectors. A run killed
-with SIGKILL resumes exactly; bad pair files and BEIR files are one line
-before anything is written.
+with SIGKILL resumes exactly; bad pair files and BEIR files, and a run
+with nothing to score, are one line before anything is written.
 """
 
 import json
@@ -190,7 +190,8 @@ def _cut_cell(lines, row, col):
 
 
 @pytest.mark.parametrize("case", ["missing_column", "empty_text",
-                                  "score_out_of_range", "qrels_unknown_doc"])
+                                  "score_out_of_range", "qrels_unknown_doc",
+                                  "nothing_to_score"])
 def test_bad_input_is_one_line_before_anything_is_written(setup, tmp_path,
                                                           case):
   train = os.path.join(DATA, "mrpc_train.tsv")
@@ -207,6 +208,9 @@ def test_bad_input_is_one_line_before_anything_is_written(setup, tmp_path,
     config.task.train_file = _bad_copy(
         train, bad, lambda l: l[:3] + ["2" + l[3][1:]] + l[4:])
     want = f"{bad}:4: Quality=2 is outside task.score_range=(0.0, 1.0)."
+  elif case == "nothing_to_score":
+    config.task.update(validation_file="", retrieval_dir="")
+    want = "Nothing to score the sentence space on: set task.validation_file"
   else:
     beir_dir = str(tmp_path / "beir")
     shutil.copytree(setup["beir"], beir_dir)

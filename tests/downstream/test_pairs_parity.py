@@ -25,6 +25,7 @@ import pytest
 
 from tests.helpers import REPO
 from tests.helpers import load_config
+from tests.helpers import tiny_models
 from tests.helpers import torch_reference
 from tests.helpers.checkpoints import minilm_dir
 
@@ -67,17 +68,21 @@ def _config(loss: str, base: str, **objective):
                       attention_probs_dropout_prob=0.0,
                       embedding_pooling="mean")
   config.data.update(seq_length=32, tokenizer_type="wordpiece")
-  config.task.update(buckets=(16, 32), validation_file="")
+  config.task.update(buckets=(16, 32), validation_file="")  # Set below.
   config.train.update(batch_size=16, num_steps=NUM_STEPS, warmup_steps=4,
                       learning_rate=5e-4 if loss == "cosent" else 2e-4,
                       weight_decay=0.01, seed=0)
   if loss == "cosent":
-    config.task.update(train_file=os.path.join(DATA, "stsb_train.tsv"))
-  else:
+    config.task.update(train_file=os.path.join(DATA, "stsb_train.tsv"),
+                       validation_file=os.path.join(DATA, "stsb_dev.tsv"))
+  else:  # Unscored triplets: scored on retrieval.
     config.task.update(
         train_file=_triplets(os.path.join(base, "triplets.tsv")),
         text_field="anchor", text_pair_field="positive",
-        negative_fields=("negative",), label_field="")
+        negative_fields=("negative",), label_field="",
+        retrieval_dir=tiny_models.write_beir_from_pairs(
+            os.path.join(base, "beir"), os.path.join(DATA, "mrpc_dev.tsv"),
+            "#1 String", "#2 String", "Quality"))
   return config
 
 
