@@ -14,8 +14,10 @@ derives, for any pair and with nothing listed per pair:
   hf_models(config, params)  what an export of the run writes
   encoder_config / encoder_params  the encoder a run holds, for a new task
                           head or for embeddings
-  hf_directory(config.json)  the table that reads a Hugging Face directory
-                          and the run it implies
+  embedding_table(family)  the family's encoder with the embedding head
+  hf_directory(config.json[, sentence-transformers modules])  the table
+                          that reads a Hugging Face directory and the run
+                          it implies
 """
 
 from __future__ import annotations
@@ -100,14 +102,14 @@ def task_objective(kind_name: str, family_name: str) -> Objective:
   """Kind `kind_name`'s head on family `family_name`'s encoder: the kind's
   features, loss and metrics; the family's checks of the encoder; FLOPs of
   the encoder plus the head on every token for per-token kinds (a pooled
-  head runs on one vector per example: not counted)."""
+  or embedding head runs on one vector per example: not counted)."""
   k, fam = tasks.get(kind_name), families.get(family_name)
   layout = fam.head_layout
 
   def flops(config, work: flops_lib.Work) -> float:
     mc = config.model
     total = fam.encoder_flops(mc, work, config.data.seq_length)
-    if k.role != heads.POOLED:
+    if k.role in (heads.TOKEN, heads.SPAN):
       total += work.tokens * (layout.transform_flops(mc) + 6.0 * int(
           mc.hidden_size) * k.outputs(mc))
     return total
@@ -121,7 +123,8 @@ def task_objective(kind_name: str, family_name: str) -> Objective:
       make_model=lambda config, rngs: task_model(fam, k, config.model, rngs),
       feature_spec=k.feature_spec, loss_sums=k.loss_sums, counts=k.counts,
       loss=k.loss, metrics=k.metrics, flops=flops, validate=validate,
-      log_keys=k.log_keys, packing=k.packing, predict=k.predict)
+      log_keys=k.log_keys, packing=k.packing, predict=k.predict,
+      split=k.split)
 
 
 def _prefix(names) -> str:
@@ -157,6 +160,10 @@ def task_table(family_name: str, kind_name: str) -> mapping.Table:
   that class and the kind's fields."""
   fam, k = families.get(family_name), tasks.get(kind_name)
   enc, layout = fam.encoder_table, fam.head_layout
+  if k.role == heads.EMBED:  # No head params: the bare encoder's table.
+    return dataclasses.replace(
+        enc, name=f"{fam.name}_{k.name}", config_fields=k.config_fields,
+        make_model=lambda mc, rngs: task_model(fam, k, mc, rngs))
   rows, head_names = list(enc.rows), {}
   if k.role == heads.POOLED and layout.pooler_act is not None:
     rows += fam.pooler_rows
@@ -187,6 +194,18 @@ def task_table(family_name: str, kind_name: str) -> mapping.Table:
       config_to_hf=lambda mc, pad_token_id=0: dict(
           enc.config_to_hf(mc, pad_token_id), architectures=[cls]),
       config_from_hf=functools.partial(_task_config_from_hf, fam))
+
+
+def _embedding_kind() -> Kind:
+  return next(k for k in tasks.all_kinds().values() if k.role == heads.EMBED)
+
+
+def embedding_table(family_name: str) -> mapping.Table:
+  """The table of the embedding head (the kind whose head role is
+  ``heads.EMBED``) on family `family_name`'s encoder: the bare encoder's
+  tree and class; its model returns sentence vectors pooled as the model
+  config says."""
+  return task_table(family_name, _embedding_kind().name)
 
 
 # ------------------------------------------------------------------------------
@@ -232,8 +251,8 @@ def encoder_params(config, params) -> dict:
   fam = family(config)
   if kind(config) is None:
     return fam.pretrained_encoder_params(config, params)
-  keep = (fam.encoder_attr,) + (("head",) if fam.head_layout.transform
-                                else ())
+  transform = fam.head_layout.transform and kind(config).role != heads.EMBED
+  keep = (fam.encoder_attr,) + (("head",) if transform else ())
   missing = [k for k in keep if k not in params]
   if missing:
     raise ValueError(f"A {config.objective.name!r} run on a {fam.name} "
@@ -270,27 +289,50 @@ def train_flops_per_step(config, work: flops_lib.Work | None = None) -> float:
 # ------------------------------------------------------------------------------
 # What a Hugging Face directory is.
 # ------------------------------------------------------------------------------
-def hf_directory(hf_config) -> tuple[mapping.Table, dict]:
+def hf_directory(hf_config, embedding=None) -> tuple[mapping.Table, dict]:
   """(the table that reads a Hugging Face directory with this config.json
   (None or {}: Google's BERT), the partial run config it implies: objective
   and model). Its class picks the table: a task class (``{Prefix}{suffix}``
-  of a kind) reads as that task run on the family's encoder, any other as
-  the family's pretraining run. ValueError for a model_type no family
-  reads, or a directory that is half of a run (one ELECTRA network)."""
+  of a kind whose head has params) reads as that task run on the family's
+  encoder, any other (a bare ``{Prefix}Model`` too) as the family's
+  pretraining run. `embedding`: the directory's sentence-transformers
+  modules (``hf.sentence_transformers.Modules``), which the run's model
+  config carries (``model.embedding_pooling`` / ``embedding_normalize``,
+  ``data.seq_length`` their length): an embedding model whose encoder
+  also continues pretraining or takes any task head; one whose class no
+  pretraining table reads (ELECTRA's discriminator alone) is the
+  embedding run itself. ValueError for a model_type no family reads, or a
+  directory that is half of a run (one ELECTRA network without
+  sentence-transformers modules)."""
   hf_config = dict(hf_config or {})
   fam = families.by_model_type(hf_config.get("model_type", "bert"))
   arch = (hf_config.get("architectures") or [""])[0]
   k = (tasks.by_hf_suffix(arch[len(fam.class_prefix):])
        if arch.startswith(fam.class_prefix) else None)
-  if k is not None and fam.reads_task_dir(hf_config):
+  if k is not None and k.role != heads.EMBED and fam.reads_task_dir(
+      hf_config):
     table = task_table(fam.name, k.name)
     model = table.config_from_hf(hf_config)
     return table, {"objective": {"name": k.objective, "encoder": fam.name},
                    "model": model.to_dict()}
   table = next((t for t in fam.pretraining_tables if arch in (
       t.export_architecture, t.default_architecture,
-      *(c for _, c in t.architectures))), fam.pretraining_tables[0])
-  model = table.config_from_hf(hf_config)
-  fields = fam.hf_run_fields(model)
-  return table, {"objective": dict(fields, name=fam.objectives[0].name),
-                 "model": model.to_dict()}
+      *(c for _, c in t.architectures))), None)
+  if embedding is not None and table is None:
+    # A bare encoder no pretraining class of the family reads (ELECTRA's
+    # discriminator alone): the embedding run itself.
+    table = embedding_table(fam.name)
+    run = {"objective": {"name": _embedding_kind().objective,
+                         "encoder": fam.name}}
+    model = table.config_from_hf(hf_config)
+  else:
+    table = table or fam.pretraining_tables[0]
+    model = table.config_from_hf(hf_config)
+    run = {"objective": dict(fam.hf_run_fields(model),
+                             name=fam.objectives[0].name)}
+  if embedding is not None:
+    model.update(embedding_pooling=embedding.pooling,
+                 embedding_normalize=bool(embedding.normalize))
+    if embedding.max_seq_length:
+      run["data"] = {"seq_length": int(embedding.max_seq_length)}
+  return table, dict(run, model=model.to_dict())

@@ -97,6 +97,14 @@ def model_config(size: str = "base") -> ml_collections.ConfigDict:
       global_rope_theta=160_000.0,
       local_rope_theta=10_000.0,
       classifier_pooling="cls",
+      # Sentence embeddings (task kind "pairs", models.heads' embed role):
+      # a text's vector is its tokens pooled ("mean" over real tokens or
+      # "cls"), L2-normalised when embedding_normalize (sentence-
+      # transformers' Pooling and Normalize modules). "": the model
+      # declares no pooling of its own (an encoder that was never trained
+      # as an embedding model; the embed head then takes the mean).
+      embedding_pooling="",
+      embedding_normalize=False,
   ))
 
 
@@ -237,6 +245,18 @@ def objective_config() -> ml_collections.ConfigDict:
       # xlm-roberta; set from train.init_from): the head's layout and
       # Hugging Face class follow it.
       encoder="bert",
+      # Sentence embeddings (objective "embed", task kind "pairs"; see
+      # bert_jax/tasks/pair_losses.py): "infonce" (in-batch negatives over
+      # the whole global batch, sentence-transformers'
+      # MultipleNegativesRankingLoss) or "cosent" (CoSENT on scored
+      # pairs); the scale multiplying cosine similarities (1 /
+      # temperature); InfoNCE both ways (anchors -> positives and back);
+      # the Matryoshka prefixes the loss is summed over (e.g. (768, 256,
+      # 64); () = the whole vector).
+      pair_loss="infonce",
+      pair_scale=20.0,
+      pair_symmetric=False,
+      matryoshka_dims=(),
   ))
 
 
@@ -261,6 +281,12 @@ def train_config() -> ml_collections.ConfigDict:
       decay_steps=0,
       decay_shape="linear",
       grad_accum_steps=1,
+      # Objectives whose loss is a function of per-example vectors (a
+      # bi-encoder, objectives.Objective.split): > 0 takes the cached-
+      # gradient step (training/cached_gradients.py), embedding the batch
+      # this many examples at a time, so only one chunk's activations are
+      # ever kept. 0: the plain step.
+      cache_chunk_size=0,
       log_every=10,
       eval_every=100,
       seed=0,

@@ -3,10 +3,13 @@
 The run's config says which models its params are (``compose.hf_models``:
 BERT one BertForPreTraining, a fine-tuned head its family's task class
 (``{Prefix}ForSequenceClassification``, ``ForTokenClassification``,
-``ForQuestionAnswering``), ALBERT AlbertForPreTraining, DistilBERT its
-student, ELECTRA discriminator/ and generator/), and each is written by the
-one writer, ``checkpoint_io.save_hf_model`` (vocabulary rows past the
-tokenizer left out), so nothing here branches on the family or the kind. A fine-tuned classifier
+``ForQuestionAnswering``; an embedding run its bare ``{Prefix}Model`` and
+the sentence-transformers modules), ALBERT AlbertForPreTraining,
+DistilBERT its student, ELECTRA discriminator/ and generator/), and each
+is written by the one writer, ``checkpoint_io.save_hf_model`` (vocabulary
+rows past the tokenizer left out), plus the files its kind adds
+(``Kind.export_files``), so nothing here branches on the family or the
+kind. A fine-tuned classifier
 gets its label names from the run (its ``task.label_names``, else
 ``results.json``, else ``label_map.json``, else the GLUE task's names) as
 ``id2label`` / ``label2id``; heads a run did not train are flagged. No
@@ -71,12 +74,15 @@ def write_hf_models(output: str, params, config, *, tokenizer=None,
   a classifier's class names.
   """
   written = []
+  kind = compose.kind(config)
   for model in compose.hf_models(config, params):
     files = checkpoint_io.save_hf_model(
         os.path.join(output, model.subdir), model.params, model.model_config,
         table=model.table, tokenizer=tokenizer,
         untrained_heads=untrained_heads(config, model.table),
         label_names=label_names, source=source)
+    if kind is not None and kind.export_files is not None:
+      files += kind.export_files(os.path.join(output, model.subdir), config)
     written += [os.path.join(model.subdir, f) for f in files]
   return written
 

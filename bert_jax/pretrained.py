@@ -6,7 +6,9 @@ the converters, fine-tuning) asks. Kinds of path:
   workdir    a pretraining workdir (its latest committed step, or `step`)
   step       one ``WORKDIR/checkpoints/<step>`` directory
   imported   a tools/convert_from_hf.py output (params.safetensors)
-  hf         a Hugging Face directory (config.json + safetensors / .bin)
+  hf         a Hugging Face directory (config.json + safetensors / .bin);
+             with sentence-transformers modules (modules.json), an
+             embedding model
   tf         a Google TF checkpoint (bert_config.json + *.index)
   electra    an ELECTRA pair: discriminator/ and generator/ Hugging Face
              directories (``bert_jax.families.electra``), loaded into the whole
@@ -54,6 +56,7 @@ from bert_jax.families import electra
 from bert_jax.hf import checkpoint_io
 from bert_jax.hf import importing
 from bert_jax.hf import mapping
+from bert_jax.hf import sentence_transformers
 from bert_jax.hf import tokenizer_files
 from bert_jax.hf import vocab
 
@@ -133,9 +136,12 @@ def _check_model_type(path: str, hf_config) -> None:
 def _hf_source(kind: str, path: str, hf_config) -> Source:
   """A Hugging Face directory or TF checkpoint: the table its class names
   and the run it implies (None without a config.json: Google's BERT with
-  no model config)."""
+  no model config); a sentence-transformers directory is an embedding
+  run with its modules' pooling (``hf.sentence_transformers``)."""
+  embedding = (sentence_transformers.read(path) if kind == HF and
+               os.path.isdir(path) else None)
   try:
-    table, run = compose.hf_directory(hf_config)
+    table, run = compose.hf_directory(hf_config, embedding)
   except ValueError as e:
     raise ValueError(f"{path} {e}") from None
   config = config_lib.complete(run) if hf_config is not None else None

@@ -15,3 +15,10 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(
     __import__("tempfile").gettempdir(), "bert_jax_test_xla_cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
+
+def pytest_configure(config):
+  """The tiers: `-m "not slow"` leaves out subprocess, multi-device and
+  many-step tests."""
+  config.addinivalue_line("markers", "slow: subprocess, multi-device or "
+                          "many-step test (left out by -m 'not slow')")

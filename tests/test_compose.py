@@ -2,10 +2,11 @@
 
 For each family x kind pair the composed objective trains a step, its run
 exports as the family's Hugging Face class of that kind
-(``{Prefix}ForSequenceClassification``, ...), which transformers loads
-with no missing or unexpected keys and the logits we compute, and the
-export imports back as the same run with the same params and logits. The
-registries are complete whatever was imported first.
+(``{Prefix}ForSequenceClassification``, ...; an embedding run as the bare
+``{Prefix}Model``), which transformers loads with no missing or unexpected
+keys and the logits (vectors) we compute, and the export imports back as
+the same run with the same params and logits (an embedding export: the
+same encoder). The registries are complete whatever was imported first.
 """
 
 import json
@@ -20,10 +21,10 @@ from flax import nnx
 
 from bert_jax import compose
 from bert_jax import config_lib
+from bert_jax import export
 from bert_jax import families
 from bert_jax import pretrained
 from bert_jax import tasks
-from bert_jax.hf import checkpoint_io
 from bert_jax.hf import mapping
 from bert_jax.training import sharding
 from bert_jax.training import steps as steps_lib
@@ -35,7 +36,7 @@ transformers = pytest.importorskip("transformers")
 BATCH, SEQ, VOCAB, LABELS = 4, 16, 64, 3
 FAMILIES = ("bert", "albert", "electra", "distilbert", "modernbert",
             "roberta", "xlm-roberta")
-KINDS = ("sentence", "token", "span")
+KINDS = ("sentence", "token", "span", "pairs")
 # A family's own model fields (factorized embeddings, no segment table, a
 # sliding window shorter than the rows).
 FAMILY_MODEL = {
@@ -78,7 +79,14 @@ def _batch(kind: str, seed: int = 0, pad_id: int = 0) -> dict:
   ids = np.where(mask > 0, r.randint(5, VOCAB, (BATCH, SEQ)), pad_id)
   batch = dict(input_ids=ids.astype(np.int32), input_mask=mask,
                segment_ids=np.zeros((BATCH, SEQ), np.int32))
-  if kind == "sentence":
+  if kind == "pairs":  # Each row's text and a second one, alone each.
+    other = np.roll(batch["input_ids"], 1, axis=0)
+    batch = {k: np.stack([v, other if k == "input_ids" else np.roll(
+        v, 1, axis=0)], axis=1) for k, v in batch.items()}
+    batch.update(text_ids=np.arange(2 * BATCH, dtype=np.int32).reshape(
+        BATCH, 2), scores=np.zeros(BATCH, np.float32),
+                 example_weights=np.ones(BATCH, np.float32))
+  elif kind == "sentence":
     batch.update(labels=r.randint(0, LABELS, BATCH).astype(np.int32),
                  example_weights=np.ones(BATCH, np.float32))
   elif kind == "token":
@@ -94,7 +102,10 @@ def _batch(kind: str, seed: int = 0, pad_id: int = 0) -> dict:
 
 
 def _logits(table, params, model_config, batch) -> np.ndarray:
+  """The model's outputs on the batch (a pairs batch: its first texts)."""
   model = mapping.make_model(params, model_config, table)
+  if batch["input_ids"].ndim == 3:
+    batch = {k: v[:, 0] for k, v in batch.items() if v.ndim == 3}
   return np.asarray(model(batch["input_ids"], batch["input_mask"],
                           batch["segment_ids"]))
 
@@ -102,7 +113,8 @@ def _logits(table, params, model_config, batch) -> np.ndarray:
 def _hf_class(kind: str):
   return {"sentence": transformers.AutoModelForSequenceClassification,
           "token": transformers.AutoModelForTokenClassification,
-          "span": transformers.AutoModelForQuestionAnswering}[kind]
+          "span": transformers.AutoModelForQuestionAnswering,
+          "pairs": transformers.AutoModel}[kind]
 
 
 # Two pairs in the fast tier (a pooler family's sentence head, ModernBERT's
@@ -137,8 +149,7 @@ def test_every_family_carries_every_kind(tmp_path, family, kind):
   assert table.export_architecture == cls
   ours = _logits(table, params, config.model, batch)
   out = str(tmp_path / "hf")
-  checkpoint_io.save_hf_model(out, params, config.model, table=table,
-                              label_names=("a", "b", "c"))
+  export.write_hf_models(out, params, config, label_names=("a", "b", "c"))
   with open(os.path.join(out, "config.json")) as f:
     assert json.load(f)["architectures"] == [cls]
 
@@ -146,20 +157,40 @@ def test_every_family_carries_every_kind(tmp_path, family, kind):
   model, info = _hf_class(kind).from_pretrained(
       out, output_loading_info=True, dtype=torch.float32)
   assert type(model).__name__ == cls
+  if kind == "pairs":  # An embedding trains no pooler: BertModel's stays
+    # transformers' fresh one, unused by the vector.
+    info["missing_keys"] = {k for k in info["missing_keys"]
+                            if not k.startswith("pooler.")}
   assert not any(info[k] for k in ("missing_keys", "unexpected_keys",
                                    "mismatched_keys")), info
   model.eval()
+  first = {k: v[:, 0] if v.ndim == 3 else v for k, v in batch.items()}
   with torch.no_grad():
-    got = model(input_ids=torch.from_numpy(batch["input_ids"]).long(),
-                attention_mask=torch.from_numpy(batch["input_mask"]).long())
+    got = model(input_ids=torch.from_numpy(first["input_ids"]).long(),
+                attention_mask=torch.from_numpy(first["input_mask"]).long())
+  real = first["input_mask"].astype(bool)
   if kind == "span":
     theirs = np.stack([got.start_logits.numpy(), got.end_logits.numpy()], -1)
+  elif kind == "pairs":  # The mean of the real tokens' last hidden states.
+    states = got.last_hidden_state.numpy()
+    theirs = (states * real[..., None]).sum(1) / real.sum(1, keepdims=True)
   else:
     theirs = got.logits.numpy()
-  real = batch["input_mask"].astype(bool)
-  mine = ours if kind == "sentence" else ours[real]
-  theirs = theirs if kind == "sentence" else theirs[real]
+  pooled = kind in ("sentence", "pairs")
+  mine = ours if pooled else ours[real]
+  theirs = theirs if pooled else theirs[real]
   np.testing.assert_allclose(mine, theirs, atol=1e-4, rtol=1e-4)
+  if kind == "pairs":  # A bare encoder reads back as the family's encoder.
+    source = pretrained.resolve(out)
+    model_config, encoder = compose.bare_encoder(
+        source.config, pretrained.load_params(source)[0])
+    back = mapping.flatten_params(encoder)
+    assert sorted(back) == sorted(mapping.flatten_params(params))
+    for k, v in mapping.flatten_params(params).items():
+      np.testing.assert_array_equal(back[k], v, err_msg=k)
+    np.testing.assert_array_equal(
+        _logits(table, encoder, model_config, batch), ours)
+    return
 
   # Back: the same run (kind on this family), params and logits.
   source = pretrained.resolve(out)

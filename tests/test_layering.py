@@ -40,7 +40,8 @@ LAYERS = (
      "bert_jax.benchmarking"),
     ("bert_jax.main", "bert_jax.finetune", "bert_jax.fill_mask",
      "bert_jax.embed", "bert_jax.zero_shot", "bert_jax.to_hf",
-     "bert_jax.from_hf", "bert_jax.average", "bert_jax.pretokenize"),
+     "bert_jax.from_hf", "bert_jax.average", "bert_jax.pretokenize",
+     "bert_jax.evaluate_embeddings"),
 )
 ENTRY_POINTS = LAYERS[-1]
 # Third-party packages worth deferring to the function that needs them.

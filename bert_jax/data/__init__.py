@@ -32,6 +32,11 @@
                     features with a JSON resume state
   feature_packing.py  precomputed features packed several a row (host-side
                     best-fit decreasing), a resumable packed iterator
+  pair_sources.py   sentence pairs: the user's CSV/TSV/JSONL (every row
+                    whole), TFDS glue/stsb and glue/mrpc
+  pair_batches.py   pairs / triplets of texts each encoded alone: [B, K, L]
+                    batches, a resumable iterator, eval batches
+  beir.py           BEIR retrieval files: corpus (streamed), queries, qrels
 
 May import: ``config_lib`` and ``models``. Never training, downstream or an
 entry point.

@@ -4,7 +4,8 @@ The input pipeline emits them, the train/eval steps are lowered against them,
 tools print and save them and tests build synthetic batches from them. Names
 follow google-research/bert. Shapes are per example (the batch dimension is
 added by :func:`batch_shapes`); `T` = ``data.seq_length``, `P` =
-``data.max_predictions_per_seq``, `S` = ``data.packing_max_sequences``.
+``data.max_predictions_per_seq``, `S` = ``data.packing_max_sequences``, an
+integer a fixed size.
 
 Packed rows (``data.packing``, ``data/packing.py``) hold several examples one
 after another, attention kept inside each (``models/attention.py``). They add
@@ -104,12 +105,29 @@ SPAN_QA = {
 }
 
 
+# Sentence pairs for a bi-encoder (task kind "pairs"): per example its K
+# texts (anchor, positive, hard negatives; or sentence1, sentence2), each
+# padded on its own; `text_ids` names each slot's distinct text (equal ids:
+# equal texts; -1: an empty slot), `scores` the gold score (0 without one).
+def pair_spec(texts: int) -> dict:
+  """The features of examples of `texts` texts each."""
+  return {
+      "input_ids": ((texts, "T"), np.int32),
+      "input_mask": ((texts, "T"), np.int32),
+      "segment_ids": ((texts, "T"), np.int32),
+      "text_ids": ((texts,), np.int32),
+      "scores": ((), np.float32),
+      "example_weights": ((), np.float32),
+  }
+
+
 def batch_shapes(spec: dict, batch_size: int, seq_length: int,
                  max_predictions: int = 0, max_sequences: int = 0
                  ) -> dict[str, tuple[tuple, type]]:
-  """{name: ((batch_size, *dims), dtype)} for a feature spec."""
+  """{name: ((batch_size, *dims), dtype)} for a feature spec (a dimension
+  is "T", "P", "S" or a fixed size)."""
   sizes = {"T": seq_length, "P": max_predictions, "S": max_sequences}
-  return {name: ((batch_size,) + tuple(sizes[d] for d in dims), dtype)
+  return {name: ((batch_size,) + tuple(sizes.get(d, d) for d in dims), dtype)
           for name, (dims, dtype) in spec.items()}
 
 

@@ -6,6 +6,8 @@
   workdir_task.py  the task a fine-tuning workdir was trained on, recorded
                    and compared on every rerun
   embeddings.py    contextual vectors per sentence or token
+  sentence_embeddings.py  sentence vectors of an embedding model, several
+                   sentences packed per row, streamed to .npy files
   mask_filling.py  top-k predictions for [MASK] tokens (a file of texts on
                    packed rows)
   packed_texts.py  tokenized texts packed several a row for inference

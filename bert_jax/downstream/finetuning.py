@@ -18,6 +18,8 @@ Task kinds (`task.kind`, else from `task.name`; ``bert_jax/tasks/``):
   sentence  GLUE, CSV / TSV / JSONL: classification or regression
   token     CoNLL, JSONL, TFDS conll2003: NER tagging
   span      SQuAD v1.1 / v2.0 JSON or TFDS: extractive QA
+  pairs     CSV / TSV / JSONL pairs, GLUE stsb / mrpc: sentence embeddings
+            (configs/pairs.py)
 Any kind's head goes on the checkpoint's family's encoder (BERT, ALBERT,
 ELECTRA's discriminator, DistilBERT, ModernBERT: ``bert_jax/compose.py``),
 laid out as that family's Hugging Face task class.
@@ -147,6 +149,7 @@ def resolve_config(config, source, task, num_train: int):
   model = config_lib.complete_model(encoder_model_config(source).to_dict())
   for field in _KEEP_FROM_CONFIG:
     model[field] = config.model[field]
+  model.update(kind.head_fields(config, model))
   model.num_labels = task.num_labels
   config.model = model
   config.objective.name = kind.objective
@@ -228,6 +231,8 @@ def _with_encoder(fresh_params, encoder, filled=frozenset()
   params = dict(jax.device_get(fresh_params))
   fresh = []
   for name, loaded in encoder.items():
+    if name not in params:  # A transform the head does not have (embed).
+      continue
     mine = dict(params[name])
     kept = {k: v for k, v in loaded.items() if k in mine}
     fresh += [f"{name}/{k}" for k in sorted(set(mine) - set(kept) | {

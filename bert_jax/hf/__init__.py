@@ -10,6 +10,8 @@ read both ways, and the files.
   checkpoint_io    safetensors / pytorch_model.bin / TF checkpoint / config.json
                    reading and writing, our imported-directory format
   tokenizer_files  our tokenizers as `tokenizers` objects and HF tokenizer files
+  sentence_transformers  a sentence-transformers directory's modules (pooling,
+                   normalisation, length), read and written
 
 The tables themselves are the families' (``bert_jax/families/``), a task
 head's derived by ``bert_jax/compose.py``; "what is at this path"

@@ -11,6 +11,12 @@ encoder carries any kind's head without a class per pair:
   token   every token (through the family's transform) -> dropout -> output
   span    every token (through the family's transform) [-> dropout] ->
           output of 2 (answer start, end)
+  embed   one vector per example, the tokens pooled (``model
+          .embedding_pooling``: mean over real tokens (also for "") or
+          [CLS]), optionally
+          L2-normalised (``model.embedding_normalize``); no output layer, no
+          pooler, no transform: a sentence embedding on the bare encoder
+          (sentence-transformers' Pooling and Normalize)
 
 Parameter names: the encoder under the family's attribute (``bert``,
 ``model``), the transform as ``head``, the output under the kind's name
@@ -29,8 +35,8 @@ from flax import nnx
 
 from bert_jax.models import layers
 
-POOLED, TOKEN, SPAN = "pooled", "token", "span"
-ROLES = (POOLED, TOKEN, SPAN)
+POOLED, TOKEN, SPAN, EMBED = "pooled", "token", "span", "embed"
+ROLES = (POOLED, TOKEN, SPAN, EMBED)
 POOLINGS = ("cls", "mean")
 
 
@@ -78,6 +84,19 @@ def pool_tokens(seq, input_mask, mode: str, sequence_ids=None,
   return sums / jnp.maximum(jnp.sum(which, axis=1), 1)[..., None]
 
 
+def embedding(seq, input_mask, pooling: str, normalize: bool,
+              sequence_ids=None, cls_positions=None):
+  """Sentence vectors in float32 from token states: :func:`pool_tokens`,
+  then, with `normalize`, divided by their L2 norm (at least 1e-12, as
+  torch's ``F.normalize``)."""
+  h = pool_tokens(seq.astype(jnp.float32), input_mask, pooling, sequence_ids,
+                  cls_positions)
+  if normalize:
+    norm = jnp.sqrt(jnp.sum(h * h, axis=-1, keepdims=True))
+    h = h / jnp.maximum(norm, 1e-12)
+  return h
+
+
 class EncoderModel(nnx.Module):
   """An encoder alone under `encoder_attr` (a family's ``{Prefix}Model``
   tree, e.g. ``bert.*``): its call returns (token states, pooled or
@@ -115,6 +134,10 @@ class TaskModel(nnx.Module):
     self.use_pooler = role == POOLED and layout.pooler_act is not None
     setattr(self, encoder_attr,
             make_encoder(config, rngs, pooler=self.use_pooler))
+    if role == EMBED:  # The pooled vector itself: nothing after the encoder.
+      self.head, self.pooling = None, config.embedding_pooling or "mean"
+      self.normalize = bool(config.embedding_normalize)
+      return
     self.head = (layout.transform(config, rngs)
                  if layout.transform is not None else None)
     rate = (float(config[layout.dropout_field])
@@ -136,11 +159,14 @@ class TaskModel(nnx.Module):
                position_ids=None, cls_positions=None):
     """Logits in float32: [B, outputs] for a pooled role ([B, S, outputs]
     for packed rows, one per packed example at its `cls_positions`), else
-    [B, T, outputs]."""
+    [B, T, outputs]; the embed role's vectors [B, d] ([B, S, d])."""
     seq, pooled = self.encoder(
         input_ids, input_mask, segment_ids, deterministic=deterministic,
         rngs=rngs, sequence_ids=sequence_ids, position_ids=position_ids,
         cls_positions=cls_positions if self.use_pooler else None)
+    if self.role == EMBED:
+      return embedding(seq, input_mask, self.pooling, self.normalize,
+                       sequence_ids, cls_positions)
     if self.role == POOLED:
       h = pooled if self.use_pooler else pool_tokens(
           seq, input_mask, self.pooling, sequence_ids, cls_positions)

@@ -56,6 +56,21 @@ class Teacher:
 
 
 @dataclasses.dataclass(frozen=True)
+class SplitLoss:
+  """A loss over per-example vectors that each example's rows give on
+  their own (a bi-encoder's: no attention across examples), in two parts,
+  so that a step may embed the batch in chunks and cache the loss's
+  gradient with respect to the vectors (``training/cached_gradients.py``,
+  ``train.cache_chunk_size``). ``sums(embed(...), batch, config)`` equals
+  the objective's ``loss_sums``."""
+  # (model, batch, rng, deterministic, config) -> vectors [B, ...] (one
+  # array), row i from batch row i alone.
+  embed: Callable[..., Any]
+  # (vectors, batch, config) -> {name: f32 sum}: loss_sums given them.
+  sums: Callable[..., dict]
+
+
+@dataclasses.dataclass(frozen=True)
 class Objective:
   """One pretraining objective's (or fine-tuning head's) model, features,
   loss and metrics."""
@@ -95,6 +110,10 @@ class Objective:
   predict: Callable[..., dict] | None = None
   # Fixed params trained against (distillation); None: none.
   teacher: Teacher | None = None
+  # The loss as vectors per example and a loss over them (a bi-encoder),
+  # which train.cache_chunk_size > 0 steps in chunks; None: a loss of the
+  # batch as a whole.
+  split: SplitLoss | None = None
 
 
 def check_packed_input(config, family: str) -> None:

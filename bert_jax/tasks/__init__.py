@@ -10,6 +10,9 @@ families: any family's encoder carries any kind's head
 
   sentence.py         "sentence": GLUE, CSV / TSV / JSONL; classification or
                       regression on one vector per example
+  pairs.py            "pairs": sentence embeddings trained on pairs
+                      (in-batch negatives, CoSENT), scored on STS, paraphrase
+                      pairs and BEIR retrieval
   token.py            "token": NER tagging, conlleval scores
   span.py             "span": SQuAD v1.1 / v2.0 extractive QA, the official
                       files
@@ -17,6 +20,9 @@ families: any family's encoder carries any kind's head
   entity_metrics.py   conlleval entity precision / recall / F1
   squad_metrics.py    the official SQuAD EM / F1, HasAns / NoAns, thresholds
   span_answers.py     n-best spans over windows, v2 null odds
+  pair_losses.py      InfoNCE over the global batch, CoSENT, Matryoshka
+  pair_metrics.py     STS correlation, best-threshold paraphrase scores
+  retrieval_metrics.py  nDCG / MRR / recall / MAP as trec_eval, run files
 
 Adding a kind is one module here and one line in :data:`MODULES`.
 """
@@ -73,6 +79,16 @@ class Kind:
   main_score: Callable[[dict], float]
   # The TFDS task names that are this kind's (task.kind follows them).
   tfds_tasks: tuple[str, ...] = ()
+  # (config, model config of the encoder it starts from) -> model config
+  # fields of the head a run takes from its task settings or else from the
+  # checkpoint (the pairs kind's pooling); {} for heads with none.
+  head_fields: Callable[..., dict] = lambda config, model_config: {}
+  # (directory, run config) -> files an export writes beside the Hugging
+  # Face model (the pairs kind's sentence-transformers modules); None.
+  export_files: Callable[..., list] | None = None
+  # The loss in two parts (``objectives.SplitLoss``), for the cached-
+  # gradient step; None: a loss of the whole batch.
+  split: Any = None
 
 
 # kind name -> the module defining KIND. Every module is imported on first
@@ -81,6 +97,7 @@ MODULES = {
     "sentence": "bert_jax.tasks.sentence",
     "token": "bert_jax.tasks.token",
     "span": "bert_jax.tasks.span",
+    "pairs": "bert_jax.tasks.pairs",
 }
 
 

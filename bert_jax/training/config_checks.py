@@ -15,6 +15,7 @@ import ml_collections
 from bert_jax import compose
 from bert_jax.data import shard_format
 from bert_jax.models import bert
+from bert_jax.training import cached_gradients
 from bert_jax.training import optim
 from bert_jax.training import phases as phases_lib
 from bert_jax.training import preemption
@@ -121,6 +122,7 @@ def _check_train_and_mesh(config, num_devices: int, process_count: int,
         f"train.batch_size={t.batch_size} is not divisible by the "
         f"data-parallel size (mesh.data*mesh.fsdp={dp}) times "
         f"train.grad_accum_steps={t.grad_accum_steps}.")
+  cached_gradients.check(config, compose.objective(config), dp)
   if t.batch_size % process_count:
     raise ValueError(f"train.batch_size={t.batch_size} is not divisible by the "
                      f"process count {process_count}.")

@@ -23,6 +23,7 @@ from bert_jax import compose
 from bert_jax import pretrained
 from bert_jax.checkpoints import reading as checkpoint_reading
 from bert_jax.data import features
+from bert_jax.training import cached_gradients
 from bert_jax.training import optim
 from bert_jax.training import phases as phases_lib
 from bert_jax.training import sharding
@@ -144,7 +145,9 @@ def train_step(state, batch, *, graphdef, tx, schedule, config, objective,
   """One optimizer update on a global batch; returns (state, metrics).
 
   The objective's loss is normalised by counts of the whole global batch,
-  so gradient accumulation and any mesh give the same update. `schedule` is
+  so gradient accumulation and any mesh give the same update; with
+  train.cache_chunk_size an objective with a split loss takes the cached-
+  gradient path (``cached_gradients``), the same update in chunks. `schedule` is
   the one `tx` steps by: the logged learning rate is it at the optimizer's
   own count (`optim.learning_rate`), the rate this update applies.
   """
@@ -162,7 +165,11 @@ def train_step(state, batch, *, graphdef, tx, schedule, config, objective,
 
   grad_fn = jax.grad(loss_fn, has_aux=True)
   params = state["params"]
-  if accum == 1:
+  if int(config.train.get("cache_chunk_size", 0)):
+    grads, sums = cached_gradients.gradients(
+        params, batch, key, counts, graphdef=graphdef, objective=objective,
+        config=config)
+  elif accum == 1:
     grads, sums = grad_fn(params, batch, key)
   else:
     def body(carry, xs):

@@ -200,3 +200,59 @@ def make_byte_level_modernbert_dir(base: str, bpe_size: int = 320) -> dict:
   with open(vocab_path, "w", encoding="utf-8") as f:
     f.write("".join(token + "\n" for token, _ in vocab))
   return dict(out=out, vocab_path=vocab_path, config=config)
+
+
+# -----------------------------------------------------------------------------
+# Sentence embeddings: a tiny random encoder on a real vocabulary, and real
+# pairs as BEIR retrieval files.
+# -----------------------------------------------------------------------------
+def make_embedding_dir(base: str, *, pooling: str = "mean",
+                       normalize: bool = False, seed: int = 7) -> str:
+  """A random 2x64 BERT on MiniLM's WordPiece vocabulary (real English
+  text tokenizes), exported as a sentence-transformers directory; returns
+  its path."""
+  from flax import nnx
+
+  from bert_jax import compose
+  from bert_jax import config_lib
+  from bert_jax import export
+  from bert_jax.hf import tokenizer_files
+  from tests.helpers.checkpoints import minilm_dir
+  config = config_lib.get_config("tiny")
+  config.objective.update(name="embed", encoder="bert")
+  config.model.update(vocab_size=30522, hidden_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, intermediate_size=128,
+                      max_position_embeddings=64, embedding_pooling=pooling,
+                      embedding_normalize=normalize)
+  config.data.seq_length = 64
+  model = compose.objective(config).make_model(config, nnx.Rngs(seed))
+  out = os.path.join(base, "embedding")
+  export.write_hf_models(
+      out, nnx.to_pure_dict(nnx.state(model, nnx.Param)), config,
+      tokenizer=tokenizer_files.TokenizerSpec(
+          "wordpiece", os.path.join(minilm_dir(), "vocab.txt"), True))
+  return out
+
+
+def write_beir_from_pairs(directory: str, pairs_tsv: str, first: str,
+                          second: str, label: str) -> str:
+  """BEIR files from a paraphrase TSV: every second sentence a document,
+  the first sentence of each paraphrase (label 1) a query judging its
+  pair's document relevant."""
+  import csv
+  import json
+  with open(pairs_tsv, newline="") as f:
+    rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+  os.makedirs(os.path.join(directory, "qrels"), exist_ok=True)
+  with open(os.path.join(directory, "corpus.jsonl"), "w") as f:
+    for i, r in enumerate(rows):
+      f.write(json.dumps({"_id": f"d{i}", "title": "",
+                          "text": r[second]}) + "\n")
+  with open(os.path.join(directory, "queries.jsonl"), "w") as q, open(
+      os.path.join(directory, "qrels", "test.tsv"), "w") as j:
+    j.write("query-id\tcorpus-id\tscore\n")
+    for i, r in enumerate(rows):
+      if r[label] == "1":
+        q.write(json.dumps({"_id": f"q{i}", "text": r[first]}) + "\n")
+        j.write(f"q{i}\td{i}\t1\n")
+  return directory

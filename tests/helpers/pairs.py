@@ -1,0 +1,32 @@
+"""Sentence-pair fixtures: a tiny embedding config and synthetic batches of
+the pairs kind (``features.pair_spec``), for the step and mesh tests."""
+
+from __future__ import annotations
+
+TEXTS = 3  # Anchor, positive, one hard negative.
+
+
+def pairs_config(loss: str, data=1, fsdp=1, tensor=1, chunk=0):
+  """tests.helpers' sharded config with the "embed" objective (`loss`:
+  "infonce" or "cosent"; `chunk`: train.cache_chunk_size)."""
+  from tests import helpers
+  c = helpers.sharded_config(data, fsdp, tensor,
+                             train=dict(cache_chunk_size=chunk))
+  c.objective.update(name="embed", encoder="bert", pair_loss=loss)
+  return c
+
+
+def pairs_batch(step: int):
+  """16 examples of 3 random texts of random lengths, all distinct."""
+  import numpy as np
+
+  from tests import helpers
+  r = np.random.RandomState(100 + step)
+  b, t = helpers.BATCH, helpers.SEQ
+  lengths = r.randint(4, t + 1, (b, TEXTS))
+  mask = (np.arange(t) < lengths[..., None]).astype(np.int32)
+  ids = r.randint(5, helpers.VOCAB, (b, TEXTS, t)).astype(np.int32) * mask
+  return dict(input_ids=ids, input_mask=mask, segment_ids=np.zeros_like(ids),
+              text_ids=np.arange(b * TEXTS, dtype=np.int32).reshape(b, TEXTS),
+              scores=r.uniform(0, 5, b).astype(np.float32),
+              example_weights=np.ones(b, np.float32))
