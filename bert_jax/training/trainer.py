@@ -16,7 +16,6 @@ from bert_jax import pretrained
 from bert_jax.checkpoints import manager
 from bert_jax.checkpoints import reading as checkpoint_reading
 from bert_jax.checkpoints import workdir_lock
-from bert_jax.models import flops as flops_lib
 from bert_jax.training import compiled as compiled_lib
 from bert_jax.training import config_checks
 from bert_jax.training import metrics_writer
@@ -40,46 +39,6 @@ def _latest_step(workdir: str) -> int | None:
   except FileNotFoundError:
     return None
   return steps[-1] if steps else None
-
-
-class Throughput:
-  """Real tokens/s, packing efficiency and MFU over the steps since the last
-  log line, from each step's ``work`` (``steps.batch_work``): the steps'
-  device scalars are kept (no op, no read between log lines) and read and
-  summed once per log line.
-
-  MFU counts the real work (``models/flops.py``): real tokens, each
-  sequence's own attention, the real MLM positions; ``tokens_per_sec``
-  counts the row slots (every position of the batch, padding included).
-  """
-
-  def __init__(self, peak: float):
-    self.peak = peak
-    self.restart()
-
-  def add(self, work) -> None:
-    self._work.append(work)
-
-  def restart(self) -> None:
-    self._work, self._start = [], time.time()
-
-  def read(self, config) -> dict:
-    """The rates since the last read (`config`: the phase's, for FLOPs)."""
-    seconds = max(time.time() - self._start, 1e-9)
-    steps = jax.device_get(self._work)
-    w = {k: float(sum(np.float64(s[k]) for s in steps)) for k in steps[0]}
-    steps = len(steps)
-    self.restart()
-    flops = compose.train_flops_per_step(config, flops_lib.Work(
-        tokens=w["tokens"], attended=w["attended"],
-        predictions=w["predictions"]))
-    tflops, mfu = utilization.mfu(flops, seconds, jax.device_count(),
-                                  self.peak)
-    return dict(tokens_per_sec=w["slots"] / seconds,
-                real_tokens_per_sec=w["tokens"] / seconds,
-                packing_efficiency=w["tokens"] / max(w["slots"], 1.0),
-                steps_per_sec=steps / seconds, tflops_per_device=tflops,
-                mfu=mfu)
 
 
 def _log_memory(what: str, executable) -> None:
@@ -388,7 +347,7 @@ class Trainer:
     if start_step >= train.num_steps:
       logging.info("Checkpoint is at step %d >= train.num_steps=%d: nothing "
                    "to do.", start_step, train.num_steps)
-    throughput = Throughput(peak)
+    throughput = utilization.Throughput(peak)
     window = []  # (loss, finite) of the steps since the last log line.
     for step in range(start_step, train.num_steps):
       if step >= self._phase.end:

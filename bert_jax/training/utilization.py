@@ -13,6 +13,10 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+from bert_jax import compose
+from bert_jax.models import flops as flops_lib
 
 # Dense peak TFLOP/s per chip: (bf16, fp32 matmul at JAX default precision).
 KNOWN_PEAKS = {
@@ -88,3 +92,43 @@ def mfu(flops_per_step: float, step_seconds: float, num_devices: int,
   """(achieved TFLOP/s per device, MFU as a fraction of `peak`)."""
   tflops = flops_per_step / max(step_seconds, 1e-12) / num_devices / 1e12
   return tflops, (tflops / peak if peak > 0 else 0.0)
+
+
+class Throughput:
+  """Real tokens/s, packing efficiency and MFU over the steps since the last
+  log line, from each step's ``work`` (``steps.batch_work``): the steps'
+  device scalars are kept (no op, no read between log lines) and read and
+  summed once per log line.
+
+  MFU counts the real work (``models/flops.py``): real tokens, each
+  sequence's own attention, the real MLM positions; ``tokens_per_sec``
+  counts the row slots (every position of the batch, padding included).
+  """
+
+  def __init__(self, peak: float):
+    self.peak = peak
+    self.restart()
+
+  def add(self, work) -> None:
+    self._work.append(work)
+
+  def restart(self) -> None:
+    self._work, self._start = [], time.time()
+
+  def read(self, config) -> dict:
+    """The rates since the last read (`config`: the phase's, for FLOPs)."""
+    seconds = max(time.time() - self._start, 1e-9)
+    steps = jax.device_get(self._work)
+    w = {k: float(sum(np.float64(s[k]) for s in steps)) for k in steps[0]}
+    steps = len(steps)
+    self.restart()
+    flops = compose.train_flops_per_step(config, flops_lib.Work(
+        tokens=w["tokens"], attended=w["attended"],
+        predictions=w["predictions"]))
+    tflops, mfu = utilization.mfu(flops, seconds, jax.device_count(),
+                                  self.peak)
+    return dict(tokens_per_sec=w["slots"] / seconds,
+                real_tokens_per_sec=w["tokens"] / seconds,
+                packing_efficiency=w["tokens"] / max(w["slots"], 1.0),
+                steps_per_sec=steps / seconds, tflops_per_device=tflops,
+                mfu=mfu)
