@@ -12,9 +12,10 @@ directory's modules, an embedding run's head: ``model.embedding_pooling``,
 ``data.seq_length``); the caller's otherwise.
 
 Packing: the sentences of a chunk are tokenized (the ``tokenizers``
-library, the files an export ships), sorted longest first and placed
-first-fit into rows of ``row_length`` tokens, at most ``max_sequences`` a
-row; each token attends only inside its sentence (``sequence_ids``) and
+library, the files an export ships) and packed into rows of
+``row_length`` tokens, at most ``max_sequences`` a row
+(``downstream/packed_texts``, as fill-mask's and any layer's vectors); each
+token attends only inside its sentence (``sequence_ids``) and
 positions restart at each sentence (``position_ids``), so no padding is
 computed but a row's tail, and each vector equals the sentence's alone.
 Rows go through one compiled step of static shape, batched over every
@@ -38,6 +39,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from bert_jax import compose
 from bert_jax import pretrained
 from bert_jax.downstream import embeddings
+from bert_jax.downstream import packed_texts
 from bert_jax.hf import mapping
 from bert_jax.models import heads
 
@@ -77,67 +79,23 @@ class Embedder:
 
   def _chunk(self, sentences: list[str]) -> np.ndarray:
     ids = [e.ids for e in self.tokenizer.encode_batch(sentences)]
-    lengths = np.asarray([len(x) for x in ids], np.int64)
-    row, slot, offset, num_rows = pack(lengths, self.row_length,
-                                       self.max_sequences)
     out = np.zeros((len(ids), self.dimension), np.float32)
-    step = _step(self.model, self.rows_per_step, self.row_length,
-                 self.max_sequences)
-    for lo in range(0, num_rows, self.rows_per_step):
-      mine = np.flatnonzero((row >= lo) & (row < lo + self.rows_per_step))
-      batch = packed_rows([ids[i] for i in mine], row[mine] - lo, slot[mine],
-                          offset[mine], self.rows_per_step, self.row_length,
-                          self.max_sequences)
-      vectors = np.asarray(step(*batch))  # [R, S, d]
-      out[mine] = vectors[row[mine] - lo, slot[mine]]
+    for b in packed_texts.batches(
+        ids, [[0] * len(x) for x in ids], seq_length=self.row_length,
+        max_sequences=self.max_sequences, batch_size=self.rows_per_step,
+        max_positions=self.row_length):
+      step = _step(self.model, *b["cls_positions"].shape,
+                   b["input_ids"].shape[1])
+      vectors = np.asarray(step(b["input_ids"], b["sequence_ids"],
+                                b["position_ids"], b["cls_positions"]))
+      index = b[packed_texts.INDEX]  # [R, S]: each slot's sentence, or -1.
+      used = index >= 0
+      out[index[used]] = vectors[used]
     return out
 
 
-def pack(lengths: np.ndarray, capacity: int, max_sequences: int):
-  """First-fit decreasing: (row, slot, offset) per sentence and the number
-  of rows; sentence i sits in row[i] as its slot[i]-th, from token
-  offset[i]."""
-  n = len(lengths)
-  row, slot, offset = (np.zeros(n, np.int64) for _ in range(3))
-  used = np.zeros(0, np.int64)
-  count = np.zeros(0, np.int64)
-  for i in np.argsort(-lengths, kind="stable"):
-    length = int(lengths[i])
-    if length > capacity:
-      raise ValueError(f"A sentence of {length} tokens exceeds the row "
-                       f"length {capacity}.")
-    fits = np.flatnonzero((capacity - used >= length) &
-                          (count < max_sequences))
-    if len(fits):
-      r = int(fits[0])
-    else:
-      r = len(used)
-      used, count = np.r_[used, 0], np.r_[count, 0]
-    row[i], slot[i], offset[i] = r, count[r], used[r]
-    used[r] += length
-    count[r] += 1
-  return row, slot, offset, len(used)
-
-
-def packed_rows(ids: list, row, slot, offset, rows: int, length: int,
-                max_sequences: int):
-  """(input_ids, sequence_ids, position_ids, cls_positions) of `rows` rows
-  holding sentence k's `ids[k]` at (row[k], offset[k]) as sequence
-  slot[k] + 1."""
-  input_ids = np.zeros((rows, length), np.int32)
-  sequence_ids = np.zeros((rows, length), np.int32)
-  position_ids = np.zeros((rows, length), np.int32)
-  cls_positions = np.zeros((rows, max_sequences), np.int32)
-  for x, r, s, o in zip(ids, row, slot, offset):
-    input_ids[r, o:o + len(x)] = x
-    sequence_ids[r, o:o + len(x)] = s + 1
-    position_ids[r, o:o + len(x)] = np.arange(len(x))
-    cls_positions[r, s] = o
-  return input_ids, sequence_ids, position_ids, cls_positions
-
-
 @functools.lru_cache(maxsize=8)
-def _step(model, rows: int, length: int, max_sequences: int):
+def _step(model, rows: int, max_sequences: int, length: int):
   """The jitted forward over [rows, length] packed rows -> [rows, S, d],
   rows spread over every device, params replicated."""
   graphdef, state = nnx.split(model)

@@ -24,7 +24,6 @@ tokenizer's.
 
 from __future__ import annotations
 
-from bert_jax import config_lib
 from bert_jax.families import Family
 from bert_jax.families import default_hf_models
 from bert_jax.families import bert as bert_family

@@ -217,9 +217,10 @@ def train_step(state, batch, *, graphdef, tx, schedule, config, objective,
     new_state["frozen"] = state["frozen"]
   if "ema" in state:  # The moving average of the params the updates kept.
     d = float(config.train.ema_decay)
-    new_state["ema"] = keep(jax.tree.map(
-        lambda e, p: d * e + (1.0 - d) * p, state["ema"], new_params),
-                            state["ema"])
+    new_state["ema"] = jax.lax.cond(
+        finite, lambda ema: jax.tree.map(
+            lambda e, p: d * e + (1.0 - d) * p, ema, new_params),
+        lambda ema: ema, state["ema"])
   metrics = dict(objective.metrics(sums, counts, config),
                  learning_rate=optim.learning_rate(schedule,
                                                    state["opt_state"]),

@@ -125,10 +125,9 @@ class Throughput:
     flops = compose.train_flops_per_step(config, flops_lib.Work(
         tokens=w["tokens"], attended=w["attended"],
         predictions=w["predictions"]))
-    tflops, mfu = utilization.mfu(flops, seconds, jax.device_count(),
-                                  self.peak)
+    tflops, utilized = mfu(flops, seconds, jax.device_count(), self.peak)
     return dict(tokens_per_sec=w["slots"] / seconds,
                 real_tokens_per_sec=w["tokens"] / seconds,
                 packing_efficiency=w["tokens"] / max(w["slots"], 1.0),
                 steps_per_sec=steps / seconds, tflops_per_device=tflops,
-                mfu=mfu)
+                mfu=utilized)

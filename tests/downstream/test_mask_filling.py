@@ -219,7 +219,6 @@ def test_directory_without_mlm_head_is_refused(capsys):
 
 
 def test_fine_tuned_workdir_is_one_line(tmp_path, capsys):
-  from bert_jax.models import bert as bert_model
   from tests import helpers
   from tests.helpers import tiny_models
   from tests.helpers.checkpoints import random_tree

@@ -11,8 +11,6 @@ the printed ones) and refuses bad files before writing anything.
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -21,8 +19,8 @@ from flax import nnx
 from bert_jax import compose
 from bert_jax import config_lib
 from bert_jax.downstream import embedding_eval
+from bert_jax.downstream import packed_texts
 from bert_jax.downstream import sentence_embeddings
-from bert_jax.hf import mapping
 from bert_jax.tasks import pair_scoring
 from tests import helpers
 from tests.helpers import tiny_models
@@ -55,16 +53,14 @@ def test_packed_rows_give_each_sentence_its_own_vector(model_dir):
   assert (embedder.pooling, embedder.normalize) == ("mean", True)
   np.testing.assert_allclose(embedder.encode(SENTENCES),
                              _alone(embedder, SENTENCES), atol=1e-5)
-  lengths = np.asarray([len(embedder.tokenizer.encode(s).ids)
-                        for s in SENTENCES])
-  row, slot, offset, rows = sentence_embeddings.pack(lengths, 64, 8)
-  assert rows < len(SENTENCES) / 3  # Several a row.
-  for r in range(rows):  # No overlap, within the row, at most 8.
-    mine = np.flatnonzero(row == r)
-    spans = sorted((offset[i], offset[i] + lengths[i]) for i in mine)
-    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
-    assert spans[-1][1] <= 64 and len(mine) <= 8
-    assert sorted(slot[mine]) == list(range(len(mine)))
+  ids = [embedder.tokenizer.encode(s).ids for s in SENTENCES]
+  rows = [r for b in packed_texts.batches(
+      ids, [[0] * len(x) for x in ids], seq_length=64, max_sequences=8,
+      batch_size=2, max_positions=64)
+          for r in b[packed_texts.INDEX] if (r >= 0).any()]
+  assert len(rows) < len(SENTENCES) / 3  # Several a row.
+  assert sorted(i for r in rows for i in r if i >= 0) == list(
+      range(len(SENTENCES)))  # Each sentence once.
 
 
 def test_a_modernbert_packed_row_keeps_its_window_inside_each_sentence():
@@ -78,15 +74,15 @@ def test_a_modernbert_packed_row_keeps_its_window_inside_each_sentence():
                                                            nnx.Rngs(0))
   r = np.random.RandomState(0)
   sentences = [r.randint(5, 64, n).astype(np.int32) for n in (20, 9, 13, 3)]
-  row, slot, offset, rows = sentence_embeddings.pack(
-      np.asarray([len(s) for s in sentences]), 64, 4)
-  assert rows == 1
-  batch = sentence_embeddings.packed_rows(sentences, row, slot, offset, 1,
-                                          64, 4)
-  ids, seq, pos, cls = batch
+  (batch,) = packed_texts.batches(
+      sentences, [[0] * len(x) for x in sentences], seq_length=64,
+      max_sequences=4, batch_size=1, max_positions=64)
+  ids, seq, pos, cls = (batch[k] for k in ("input_ids", "sequence_ids",
+                                           "position_ids", "cls_positions"))
   packed = np.asarray(model(ids, (seq > 0).astype(np.int32),
                             np.zeros_like(ids), sequence_ids=seq,
                             position_ids=pos, cls_positions=cls))[0]
+  slot = {int(i): k for k, i in enumerate(batch[packed_texts.INDEX][0])}
   for i, s in enumerate(sentences):
     alone = np.asarray(model(s[None], np.ones((1, len(s)), np.int32),
                              np.zeros((1, len(s)), np.int32)))[0]

@@ -6,7 +6,6 @@ a bare RobertaModel imports with a fresh LM head, and config.json converts
 both ways; positions past the table and a tokenizer whose padding id is not
 the model's are refused with one line naming the field."""
 
-import os
 
 import jax
 import numpy as np

@@ -12,7 +12,6 @@ from bert_jax import export
 from bert_jax import pretrained
 from bert_jax.downstream import mask_filling
 from bert_jax.families import distilbert as distilbert_family
-from bert_jax.hf import checkpoint_io
 from bert_jax.hf import mapping
 from bert_jax.hf import tokenizer_files
 from bert_jax.models import bert

@@ -10,7 +10,6 @@ tokenizer is written. Each case runs the pretraining job in process
 workdir; one also through the command line (one line, exit 1).
 """
 
-import os
 
 import numpy as np
 import pytest
