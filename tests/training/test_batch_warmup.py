@@ -105,6 +105,30 @@ def test_learning_rate_is_the_configured_curve_of_tokens():
                 plan[1].tokens), rel=1e-6, abs=1e-9), step
 
 
+def test_modernbert_recipe_config_is_the_documented_schedule():
+  """configs/modernbert_recipe.py: 8, 16, 24 for 20 steps each, then 32;
+  30%, 30%, 15% masking; warmup over 30,720 tokens, 1e-3, then a 1-sqrt
+  decay to 0 over the last phase's tokens."""
+  from bert_jax.training import config_checks
+  from bert_jax.training import optim
+  from bert_jax.training import phases
+  config = helpers.load_config("modernbert_recipe")
+  plan = config_checks.validate(config, num_devices=1, check_sources=False)
+  assert [p.num_steps for p in plan] == [150, 150, 100]
+  assert [dict(p.data)["mask_rate"] for p in plan] == [0.3, 0.3, 0.15]
+  assert [plan[0].batch_at(s) for s in (0, 19, 20, 39, 40, 59, 60, 149)] == [
+      8, 8, 16, 16, 24, 24, 32, 32]
+  assert [p.batch_sizes for p in plan[1:]] == [(32,), (32,)]
+  schedule = optim.learning_rate_schedule(config.train, plan)
+  total, decay = phases.tokens_before(plan, 400), plan[2].tokens
+  for step in (0, 10, 30, 299, 300, 350, 399):
+    tokens = phases.tokens_before(plan, step)
+    frac = max(0.0, (tokens - (total - decay)) / decay)
+    expected = 1e-3 * min(1.0, tokens / 30_720) * (1 - np.sqrt(frac))
+    assert float(schedule(step)) == pytest.approx(expected, rel=1e-5,
+                                                  abs=1e-9), step
+
+
 @pytest.mark.parametrize("train, message", [
     (dict(batch_warmup=_warmup(16, 4, 1000)),
      r"^train.batch_warmup.start=16 must be in \(0, the phase's "
