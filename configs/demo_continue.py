@@ -51,6 +51,8 @@ def get_config():
       vocab_size=30522, hidden_size=384, num_hidden_layers=6,
       num_attention_heads=12, intermediate_size=1536,
       max_position_embeddings=512, type_vocab_size=2,
+      # Its sentence-transformers modules: mean pooling, L2-normalised.
+      embedding_pooling="mean", embedding_normalize=True,
       # float32: bf16 matmuls are no faster on CPUs without AMX; use
       # "bfloat16" on TPU/GPU.
       dtype="float32")

@@ -21,6 +21,7 @@ from bert_jax import compose
 from bert_jax import config_lib
 from bert_jax import export
 from bert_jax import pretrained
+from bert_jax.downstream import packed_texts
 from bert_jax.downstream import sentence_embeddings
 from bert_jax.hf import mapping
 from bert_jax.hf import sentence_transformers as st_files
@@ -57,8 +58,11 @@ def test_minilm_packed_vectors_equal_sentence_transformers(minilm):
   assert ours.shape == theirs.shape == (len(sentences), 384)
   np.testing.assert_allclose(ours, theirs, atol=1e-5)
   # Several sentences a row: far fewer rows than sentences.
-  lengths = [len(e.ids) for e in embedder.tokenizer.encode_batch(sentences)]
-  rows = sentence_embeddings.pack(np.asarray(lengths), 256, 64)[3]
+  ids = [e.ids for e in embedder.tokenizer.encode_batch(sentences)]
+  rows = sum(int((b[packed_texts.INDEX] >= 0).any(1).sum())
+             for b in packed_texts.batches(
+                 ids, [[0] * len(x) for x in ids], seq_length=256,
+                 max_sequences=64, batch_size=8, max_positions=256))
   assert rows < len(sentences) / 5, rows
 
 
