@@ -45,6 +45,7 @@ def _flat(tree):
           for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
+@pytest.mark.slow
 def test_two_steps_average_bit_for_bit(run, tmp_path, capsys):
   out = str(tmp_path / "avg")
   assert _average("--workdir", run, "--steps", "2,4", "--output", out) == 0
@@ -66,6 +67,7 @@ def test_two_steps_average_bit_for_bit(run, tmp_path, capsys):
   assert os.path.isfile(os.path.join(out, "tokenizer", "record.json"))
 
 
+@pytest.mark.slow
 def test_best_by_the_eval_each_step_recorded(run, tmp_path):
   """--best 2 --by eval_loss --include_last: the two steps with the lowest
   held-out loss in metrics.jsonl, and the last one; their mean."""
@@ -96,6 +98,7 @@ def test_best_by_the_eval_each_step_recorded(run, tmp_path):
                                rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_each_saved_step_records_its_own_eval(run):
   """The metric --best ranks by: each step's meta holds the held-out eval
   run at that step (metrics.jsonl's eval row of the step)."""
@@ -109,6 +112,7 @@ def test_each_saved_step_records_its_own_eval(run):
     assert metrics["eval_mlm_accuracy"] == evals[step]["mlm_accuracy"]
 
 
+@pytest.mark.slow
 def test_best_by_a_downstream_sweep(run, tmp_path):
   """--sweep: the rows of tools/eval_checkpoints.py's checkpoint_sweep.json
   (here from a fine-tuning stand-in scoring each step), highest first."""
@@ -130,6 +134,7 @@ def test_best_by_a_downstream_sweep(run, tmp_path):
   assert provenance["scores"] == {"4": 0.9, "6": 0.7}
 
 
+@pytest.mark.slow
 def test_averaged_workdir_exports_with_pytorch_parity(run, tmp_path):
   import jax
   import torch
@@ -164,6 +169,7 @@ def test_averaged_workdir_exports_with_pytorch_parity(run, tmp_path):
                              np.asarray(ours["nsp_logits"]), atol=1e-4)
 
 
+@pytest.mark.slow
 def test_averaged_workdir_fine_tunes(run, tmp_path):
   """train.init_from=the averaged workdir: its encoder is the average's."""
   import csv
@@ -242,6 +248,7 @@ def odd_steps(run, tmp_path):
      r"own eval_loss in their meta"),
     (("--steps", "4", "--best", "2"), r"^error: Give either --steps or "),
 ])
+@pytest.mark.slow
 def test_bad_choices_are_one_line_and_write_nothing(odd_steps, tmp_path,
                                                     capsys, args, message):
   out = tmp_path / "never"
@@ -254,6 +261,7 @@ def test_bad_choices_are_one_line_and_write_nothing(odd_steps, tmp_path,
   assert not [p for p in os.listdir(tmp_path) if p.startswith("never")]
 
 
+@pytest.mark.slow
 def test_existing_output_is_refused(run, tmp_path, capsys):
   out = tmp_path / "taken"
   out.mkdir()

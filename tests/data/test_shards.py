@@ -84,6 +84,7 @@ def tok_of(corpus):
   return tokenizers.load(corpus["vocab"], "wordpiece", True)
 
 
+@pytest.mark.slow
 def test_manifest_counts_the_corpus(corpus):
   m = shard_format.read_manifest(corpus["shards"])
   assert m.documents == NUM_DOCS
@@ -99,6 +100,7 @@ def test_manifest_counts_the_corpus(corpus):
   assert blocks > 2000  # Enough blocks to measure an order.
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["train", "eval"])
 def test_files_order_reads_the_batches_of_the_text(corpus, tmp_path, mode):
   tok = tok_of(corpus)
@@ -149,6 +151,7 @@ def order_bias(places, shards, windows=10):
   return rho, gap
 
 
+@pytest.mark.slow
 def test_global_order_shows_no_order_bias(corpus, tmp_path):
   places, shards = _stream(corpus, tmp_path)
   assert sorted(set(places)) == list(range(NUM_DOCS))  # All of it.
@@ -157,6 +160,7 @@ def test_global_order_shows_no_order_bias(corpus, tmp_path):
   assert rho < 0.1 and gap < 0.1, (rho, gap)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cycle", [1, 8])
 def test_the_bias_check_fails_a_sequential_reader(corpus, tmp_path, cycle):
   """The text order reads each file in order: one file at a time
@@ -168,6 +172,7 @@ def test_the_bias_check_fails_a_sequential_reader(corpus, tmp_path, cycle):
   assert rho > 0.5 or gap > 0.5, (rho, gap)
 
 
+@pytest.mark.slow
 def test_each_epoch_reads_another_order_of_the_same_blocks(corpus, tmp_path):
   places, _ = _stream(corpus, tmp_path, epochs=2)
   half = len(places) // 2
@@ -175,6 +180,7 @@ def test_each_epoch_reads_another_order_of_the_same_blocks(corpus, tmp_path):
   assert not np.array_equal(places[:half], places[half:])
 
 
+@pytest.mark.slow
 def test_hosts_read_disjoint_complete_shares(corpus, tmp_path):
   ours = [_stream(corpus, tmp_path, process_index=i, process_count=2)[0]
           for i in range(2)]
@@ -194,6 +200,7 @@ def test_permute_is_a_permutation(n):
     assert abs(np.corrcoef(got, np.arange(n))[0, 1]) < 0.2
 
 
+@pytest.mark.slow
 def test_saved_iterator_resumes_exactly(corpus, tmp_path):
   tok = tok_of(corpus)
   c = make_config(f"shards:{corpus['shards']}", corpus["vocab"])
@@ -209,6 +216,7 @@ def test_saved_iterator_resumes_exactly(corpus, tmp_path):
       np.testing.assert_array_equal(a[k], b[k])
 
 
+@pytest.mark.slow
 def test_run_takes_the_shards_tokenizer(corpus, tmp_path):
   c = make_config(f"shards:{corpus['shards']}", "")
   data = start_from.resolve(c, str(tmp_path / "run")).data
@@ -216,6 +224,7 @@ def test_run_takes_the_shards_tokenizer(corpus, tmp_path):
       "wordpiece", corpus["manifest"].tokenizer_path)
 
 
+@pytest.mark.slow
 def test_shards_of_another_tokenizer_are_refused(corpus, tmp_path):
   from bert_jax.training import trainer as trainer_lib
   other = str(tmp_path / "vocab.txt")
@@ -235,6 +244,7 @@ def test_shards_of_another_tokenizer_are_refused(corpus, tmp_path):
   assert not workdir.exists()
 
 
+@pytest.mark.slow
 def test_shards_of_another_block_shape_are_refused(corpus, tmp_path):
   c = make_config(f"shards:{corpus['shards']}", "", block_lines=1024)
   with pytest.raises(ValueError, match=(

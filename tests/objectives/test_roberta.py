@@ -13,6 +13,7 @@ from bert_jax.training import config_checks
 from tests.helpers import family_checks
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["roberta", "roberta_packed"])
 def test_one_vs_eight_devices_same_losses(tmp_path, family):
   losses = family_checks.mesh_losses(family, tmp_path)
@@ -22,6 +23,7 @@ def test_one_vs_eight_devices_same_losses(tmp_path, family):
   assert losses["single"][0] != losses["single"][2]
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly_and_the_run_exports(tmp_path):
   """Stop-and-rerun from the step-4 checkpoint of configs/roberta_base.py
   (shrunk; a byte-level BPE with RoBERTa's special tokens trained on the

@@ -91,6 +91,7 @@ def _original_ids(batch):
 # ------------------------------------------------------------------------------
 # Measured from the batches.
 # ------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_mask_rate_per_phase_is_the_configured_one(corpus, tmp_path):
   """30% -> 15% -> 5% (mmBERT's decay): predicted positions over the
   tokens that can be masked (real, not special), within 0.5 points."""
@@ -108,6 +109,7 @@ def test_mask_rate_per_phase_is_the_configured_one(corpus, tmp_path):
         index, masked / maskable)
 
 
+@pytest.mark.slow
 def test_source_mixture_per_phase_is_the_configured_one(corpus, tmp_path):
   """Phase 1: weights 1:1:2; phase 2: temperature 2 over the sources'
   bytes (p ~ sqrt(bytes)); phase 3: two sources by size (T = 1). Each row's
@@ -165,6 +167,7 @@ def test_source_mixture_per_phase_is_the_configured_one(corpus, tmp_path):
     (dict(source_temperature=-1.0),
      r"^Phase 1 of the run .*data.source_temperature=-1.0 must be >= 0"),
 ])
+@pytest.mark.slow
 def test_bad_phase_data_is_one_line_naming_the_field(corpus, data, message):
   from bert_jax.training import config_checks
   config = _config(corpus, [_phase(), _phase(**data)],
@@ -174,6 +177,7 @@ def test_bad_phase_data_is_one_line_naming_the_field(corpus, data, message):
   assert len(str(e.value).splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_phase_source_that_matches_nothing_is_refused_naming_the_phase(
     corpus, tmp_path):
   """The run refuses it before it writes anything: one line, no file."""
@@ -191,6 +195,7 @@ def test_phase_source_that_matches_nothing_is_refused_naming_the_phase(
   assert not workdir.exists() or helpers.written_files(workdir) == []
 
 
+@pytest.mark.slow
 def test_inspect_data_prints_a_phase_s_measured_mask_rate_and_mixture(
     corpus, tmp_path):
   """tools/inspect_data.py --phase 2: that phase's masking and sources."""
