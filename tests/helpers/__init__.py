@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging as std_logging
 import os
 import re
 import socket
@@ -176,9 +177,17 @@ def import_tool(name: str):
 def unparse_flags() -> None:
   """absl's flags as before an entry point's command line was parsed in this
   process: values unparsed, and the --config.* override flags ml_collections
-  defined for that line removed (the next parse defines them again)."""
+  defined for that line removed (the next parse defines them again).
+
+  absl's logger keeps the level it had: unparsing resets the --verbosity
+  flag, whose setter sets that logger to WARNING, and a later in-process
+  test that reads INFO records (caplog) would see none.
+  """
   from bert_jax import cli  # pylint: disable=g-import-not-at-top
+  absl_logger = std_logging.getLogger("absl")
+  level = absl_logger.level
   cli.FLAGS.unparse_flags()
+  absl_logger.setLevel(level)
   for name in [n for n in cli.FLAGS if n.startswith("config.")]:
     delattr(cli.FLAGS, name)
 
