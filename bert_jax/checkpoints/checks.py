@@ -8,6 +8,7 @@ are never written).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import jax
@@ -22,7 +23,37 @@ class CheckpointMismatchError(ValueError):
 
 class CheckpointDamagedError(ValueError):
   """A committed step's files were damaged after the save (its meta cannot
-  be read, or its arrays differ from the checksums written at save)."""
+  be read, its arrays cannot be read, or they differ from the checksums
+  written at save)."""
+
+
+def root_cause(error: BaseException) -> BaseException:
+  """The innermost cause: TensorStore's own error, not Orbax's wrappers."""
+  while error.__cause__ is not None and error.__cause__ is not error:
+    error = error.__cause__
+  return error
+
+
+def first_line(error: BaseException, limit: int = 300) -> str:
+  text = str(error).strip().splitlines()
+  return (text[0] if text else "")[:limit]
+
+
+# TensorStore's status codes for bytes that do not decode (a damaged OCDBT
+# node, zarr header or JSON file). Others (UNAVAILABLE, PERMISSION_DENIED,
+# RESOURCE_EXHAUSTED) are the storage's or the machine's faults: the step
+# may be whole, so they are raised as they are, never read as damage.
+_DAMAGE_CODES = ("DATA_LOSS", "FAILED_PRECONDITION")
+
+
+def is_damage(error: BaseException) -> bool:
+  """Whether reading a committed step failed because its bytes are damaged."""
+  root = root_cause(error)
+  if isinstance(root, (UnicodeDecodeError, json.JSONDecodeError)):
+    return True
+  text = first_line(root, limit=2000)
+  return (any(code in text for code in _DAMAGE_CODES) or
+          "in OCDBT database" in text)
 
 
 def _key_str(k) -> str:

@@ -52,6 +52,7 @@ from bert_jax.checkpoints.reading import STATE
 from bert_jax.checkpoints.reading import absolute
 from bert_jax.checkpoints.reading import check_step_digest
 from bert_jax.checkpoints.reading import checkpoint_dir
+from bert_jax.checkpoints.reading import damage_on_read
 from bert_jax.checkpoints.reading import read_meta
 from bert_jax.checkpoints.reading import read_step_meta
 from bert_jax.checkpoints.reading import stored_state_tree
@@ -206,12 +207,13 @@ class Checkpointer:
 
   def _save_error(self, step: int, error: Exception) -> CheckpointSaveError:
     self._failed = True
-    cause = _first_line(_root(error), limit=2000)
+    root = checkpoint_checks.root_cause(error)
+    cause = checkpoint_checks.first_line(root, limit=2000)
     # Tensorstore: '... Failed writing: "FILE": Failed to write N bytes to
     # file 20: File too large [os_error_code=27]...' -> the file and reason.
     m = re.search(r'Failed writing: "([^"]+)": (.*?)(?: \[|$)', cause)
     cause = (f"cannot write {m.group(1)}: {m.group(2)}" if m else
-             f"{type(_root(error)).__name__}: {cause[:300]}")
+             f"{type(root).__name__}: {cause[:300]}")
     older = [s for s in self.all_steps() if s < step]
     kept = (f"older checkpoints (steps {older}) are intact" if older else
             "no older checkpoint exists")
@@ -247,7 +249,7 @@ class Checkpointer:
       else:
         logging.warning("Checkpoint step %d has no data-iterator state; the "
                         "input starts from the beginning.", step)
-    with orbax_reads.orbax_reads():
+    with orbax_reads.orbax_reads(), damage_on_read(self._step_dir(step)):
       restored = self.manager.restore(step, args=ocp.args.Composite(**items))
     check_step_digest(restored[STATE], self._step_dir(step), meta)
     return restored[STATE]
@@ -296,17 +298,17 @@ class Checkpointer:
           f"No readable checkpoint in {self.directory}: steps "
           f"{[s for s, _ in failures]} failed (moved to "
           f"{os.path.join(self.workdir, CORRUPT_DIR)}); first error: "
-          f"{_first_line(failures[0][1])}")
+          f"{checkpoint_checks.first_line(failures[0][1])}")
     return None, None
 
   def _quarantine(self, step: int, error: Exception) -> None:
     src = epath.Path(self._step_dir(step))
     dst = epath.Path(self.workdir) / CORRUPT_DIR / f"{step}-{int(time.time())}"
-    root = _root(error)  # TensorStore's own error, not Orbax's wrapper.
+    root = checkpoint_checks.root_cause(error)
     logging.warning(
         "Checkpoint step %d in %s cannot be used (%s: %s); moving it to %s "
         "and trying the previous step.", step, self.directory,
-        type(root).__name__, _first_line(root), dst)
+        type(root).__name__, checkpoint_checks.first_line(root), dst)
     if jax.process_index() == 0:
       try:
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -332,18 +334,6 @@ class Checkpointer:
     except Exception:  # pylint: disable=broad-except
       if not self._failed:  # Already reported as CheckpointSaveError.
         raise
-
-
-def _root(error: BaseException) -> BaseException:
-  """The innermost cause (Orbax re-raises the writer's error in wrappers)."""
-  while error.__cause__ is not None and error.__cause__ is not error:
-    error = error.__cause__
-  return error
-
-
-def _first_line(error: Exception, limit: int = 300) -> str:
-  text = str(error).strip().splitlines()
-  return (text[0] if text else "")[:limit]
 
 
 def _sync(name: str) -> None:

@@ -7,6 +7,7 @@ its params as numpy (export, analysis) or placed onto given shardings
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from typing import Any
@@ -98,7 +99,8 @@ def _restore_params(step_dir: str, item, restore_args,
                     key: str = "params") -> Any:
   """Restore the `key` subtree of a step's state (the params, or their
   moving average "ema") with given RestoreArgs."""
-  with orbax_reads.orbax_reads(), ocp.PyTreeCheckpointer() as ckptr:
+  with (orbax_reads.orbax_reads(), damage_on_read(step_dir),
+        ocp.PyTreeCheckpointer() as ckptr):
     restored = ckptr.restore(
         os.path.join(step_dir, STATE),
         args=ocp.args.PyTreeRestore(
@@ -113,7 +115,7 @@ def stored_state_tree(step_dir: str):
   # step-level _CHECKPOINT_METADATA inside the item directory, where the
   # CheckpointManager never writes it (it is one level up), and warns that it
   # does not exist on every resume and every fill_mask.
-  with orbax_reads.orbax_reads():
+  with orbax_reads.orbax_reads(), damage_on_read(step_dir):
     md = ocp.PyTreeCheckpointHandler().metadata(
         epath.Path(os.path.join(step_dir, STATE)))
   tree = md.item_metadata if hasattr(md, "item_metadata") else md
@@ -131,6 +133,26 @@ def _describe_step(step_dir: str) -> str:
   step_dir = os.fspath(step_dir).rstrip("/")
   return (f"Checkpoint step {os.path.basename(step_dir)} in "
           f"{os.path.dirname(step_dir)}")
+
+
+@contextlib.contextmanager
+def damage_on_read(step_dir: str):
+  """Reads of a committed step's arrays: a failure whose cause is damaged
+  bytes (checks.is_damage) is CheckpointDamagedError naming the step, so
+  resume sets the step aside and export refuses it as damaged; any other
+  failure (the storage unreachable) is raised as it is."""
+  try:
+    yield
+  except checkpoint_checks.CheckpointDamagedError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    if not checkpoint_checks.is_damage(e):
+      raise
+    root = checkpoint_checks.root_cause(e)
+    raise checkpoint_checks.CheckpointDamagedError(
+        f"{_describe_step(step_dir)} is damaged: its files cannot be read "
+        f"({type(root).__name__}: {checkpoint_checks.first_line(root)})"
+    ) from e
 
 
 def read_step_meta(step_dir: str) -> dict:

@@ -443,11 +443,14 @@ def _biggest_state_file(step_dir):
 @pytest.mark.parametrize("where", [0.1, 0.3, 0.5, 0.7])
 def test_overwritten_bytes_are_found_at_restore_and_set_aside(
     saved_run, tmp_path, programs, where, caplog):
-  """16 bytes of a state file overwritten (a bad disk, a stray write): the
-  arrays still decode, to other numbers, so only the checksums written at
-  save can find it; they do: step 4 is set aside like a
-  truncated one and step 2 restored; export refuses the step when the
-  damage is in the params it reads."""
+  """16 bytes of the biggest state file overwritten (a bad disk, a stray
+  write). Where they land decides what restore sees (the file holds array
+  chunks and OCDBT index nodes, laid out in the order the async writes
+  finished): in a chunk the arrays still decode, to other numbers, so only
+  the checksums written at save find it; in a node TensorStore cannot read
+  the step. Either way step 4 is damaged: set aside like a truncated one and
+  step 2 restored; export refuses the step when the damage is in what it
+  reads."""
   config, p = programs
   workdir, saved = _copy_run(saved_run, tmp_path)
   biggest = _biggest_state_file(workdir / "checkpoints" / "4")
@@ -456,11 +459,21 @@ def test_overwritten_bytes_are_found_at_restore_and_set_aside(
     f.write(np.random.default_rng(0).bytes(16))
   ckpt = manager.Checkpointer(str(workdir), config.checkpoint)
   with pytest.raises(checkpoint_checks.CheckpointDamagedError,
-                     match=r"^Checkpoint step 4 in .* is damaged: (\S+) "
-                     r"differs from the checksums written at save") as e:
+                     match=r"^Checkpoint step 4 in .* is damaged: ((\S+) "
+                     r"differs from the checksums written at save|its files "
+                     r"cannot be read \(ValueError: .*OCDBT)") as e:
     ckpt.restore(4, p.abstract_state, CountingIterator())
   damaged = str(e.value).split(" is damaged: ")[1].split()[0]
-  if damaged.startswith("params/"):
+  if damaged == "its":  # An index node: export reads what it can reach.
+    try:
+      params, _, step = checkpoint_reading.load_params(str(workdir))
+    except checkpoint_checks.CheckpointDamagedError as export_error:
+      assert "is damaged: its files cannot be read" in str(export_error)
+    else:  # The node indexed optimizer state only: the params are whole.
+      assert step == 4
+      assert_trees_equal(params, checkpoint_reading._int_keys(
+          saved[4]["params"]))
+  elif damaged.startswith("params/"):
     with pytest.raises(ValueError, match=f"is damaged: {damaged} differs"):
       checkpoint_reading.load_params(str(workdir))
   else:  # The optimizer state: the params export as they were saved.
@@ -473,12 +486,56 @@ def test_overwritten_bytes_are_found_at_restore_and_set_aside(
     state, step = ckpt.restore_latest(p.abstract_state, it)
   assert step == 2 and it.position == 102
   assert_trees_equal(state, saved[2])
-  assert "Checkpoint step 4" in caplog.text and "checksum" in caplog.text
+  assert "Checkpoint step 4" in caplog.text and "is damaged" in caplog.text
   assert ckpt.all_steps() == [2]
   assert len(os.listdir(workdir / manager.CORRUPT_DIR)) == 1
   ckpt.close()
   params, _, step = checkpoint_reading.load_params(str(workdir))
   assert step == 2
+
+
+def test_an_unreadable_index_is_damage_and_export_says_so(
+    saved_run, tmp_path, programs):
+  """Overwritten bytes in the OCDBT manifest (the index of every array):
+  TensorStore cannot read the step. Restore and export name the step as
+  damaged with TensorStore's reason, one line, not a stack of Orbax
+  wrappers; resume sets the step aside."""
+  config, p = programs
+  workdir, saved = _copy_run(saved_run, tmp_path)
+  manifest = workdir / "checkpoints" / "4" / "state" / "manifest.ocdbt"
+  with open(manifest, "r+b") as f:
+    f.seek(os.path.getsize(manifest) // 2)
+    f.write(np.random.default_rng(0).bytes(16))
+  unreadable = (r"^Checkpoint step 4 in .*checkpoints is damaged: its files "
+                r"cannot be read \(ValueError: DATA_LOSS: .*OCDBT")
+  ckpt = manager.Checkpointer(str(workdir), config.checkpoint)
+  with pytest.raises(checkpoint_checks.CheckpointDamagedError,
+                     match=unreadable):
+    ckpt.restore(4, p.abstract_state)
+  with pytest.raises(checkpoint_checks.CheckpointDamagedError,
+                     match=unreadable):
+    checkpoint_reading.load_params(str(workdir))
+  state, step = ckpt.restore_latest(p.abstract_state)
+  assert step == 2
+  assert_trees_equal(state, saved[2])
+  ckpt.close()
+
+
+def test_a_storage_fault_is_not_damage(tmp_path):
+  """A read that fails because the storage refused it (not because bytes do
+  not decode) is raised as it is: the step may be whole, so it is never
+  set aside as damaged."""
+  refused = ValueError('PERMISSION_DENIED: Error reading "x" from bucket')
+  with pytest.raises(RuntimeError, match="^Orbax's wrapper$") as e:
+    with checkpoint_reading.damage_on_read(str(tmp_path / "4")):
+      raise RuntimeError("Orbax's wrapper") from refused
+  assert e.value.__cause__ is refused
+  damaged = ValueError('DATA_LOSS: Error reading "a/0.0" in OCDBT database')
+  with pytest.raises(checkpoint_checks.CheckpointDamagedError,
+                     match=r"^Checkpoint step 4 in .* is damaged: its files "
+                     r"cannot be read \(ValueError: DATA_LOSS: Error reading"):
+    with checkpoint_reading.damage_on_read(str(tmp_path / "4")):
+      raise RuntimeError("Orbax's wrapper") from damaged
 
 
 def test_truncated_meta_is_set_aside_and_export_says_so(saved_run, tmp_path,
