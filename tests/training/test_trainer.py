@@ -21,6 +21,19 @@ def read_metrics(workdir, split="train"):
   return [r for r in rows if r["split"] == split]
 
 
+def tensorboard_scalars(directory) -> dict:
+  """{(step, tag): value} of the scalar summaries in `directory`'s event
+  files, as TensorBoard's scalars dashboard reads them."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  out = {}
+  for path in directory.iterdir():
+    for event in tf.compat.v1.train.summary_iterator(str(path)):
+      for value in event.summary.value:
+        assert value.metadata.plugin_data.plugin_name == "scalars", value.tag
+        out[(event.step, value.tag)] = tf.make_ndarray(value.tensor)
+  return out
+
+
 @pytest.mark.slow
 def test_loss_falls_and_metrics_are_logged(tmp_path):
   config = tiny_config()
@@ -40,7 +53,11 @@ def test_loss_falls_and_metrics_are_logged(tmp_path):
   evals = read_metrics(tmp_path, "eval")
   assert evals[-1]["step"] == 40 and 0 <= evals[-1]["mlm_accuracy"] <= 1
   assert final["eval_mlm_accuracy"] == evals[-1]["mlm_accuracy"]
-  assert os.listdir(os.path.join(tmp_path, "tensorboard", "train"))
+  # TensorBoard's scalars: every logged number at its step, as in the JSONL.
+  for split, logged in (("train", rows), ("eval", evals)):
+    events = tensorboard_scalars(tmp_path / "tensorboard" / split)
+    assert events == {(r["step"], k): np.float32(v) for r in logged
+                      for k, v in r.items() if k not in ("step", "split")}
 
 
 @pytest.mark.slow
