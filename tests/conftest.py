@@ -6,6 +6,8 @@ too).
 
 import os
 
+import pytest
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -15,6 +17,11 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(
     __import__("tempfile").gettempdir(), "bert_jax_test_xla_cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+# Tiny models compile far longer than they run: XLA's expensive passes off
+# (jax_disable_most_optimizations) here and in every child. A test about
+# what the optimized program does (its memory, its FLOPs) turns them on
+# itself.
+os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 
 
 def pytest_configure(config):
@@ -22,3 +29,14 @@ def pytest_configure(config):
   many-step tests."""
   config.addinivalue_line("markers", "slow: subprocess, multi-device or "
                           "many-step test (left out by -m 'not slow')")
+
+
+@pytest.fixture
+def optimized():
+  """XLA's full optimizations for this test: for comparisons of two
+  programs' numbers at a tolerance the optimized programs are held to."""
+  import jax  # pylint: disable=g-import-not-at-top
+  disabled = jax.config.read("jax_disable_most_optimizations")
+  jax.config.update("jax_disable_most_optimizations", False)
+  yield
+  jax.config.update("jax_disable_most_optimizations", disabled)

@@ -62,7 +62,7 @@ def test_loss_and_gradients_equal_the_plain_steps(loss):
     assert abs(naive - float(plain_loss)) > 0.1
 
 
-def test_a_cached_train_step_updates_as_the_plain_one():
+def test_a_cached_train_step_updates_as_the_plain_one(optimized):
   plain, cached = _programs("infonce"), _programs("infonce", chunk=CHUNK)
   batch = pair_fixtures.pairs_batch(1)
   out = []
