@@ -10,15 +10,17 @@ anything with ``run(n, record)`` and ``times``: `Side` for steps run in this
 process, or a peer driven in another process (tools/benchmark.py).
 
 Used by tools/benchmark.py, bench_seq_lengths.py, bench_variants.py,
-bench_packing.py, bench_finetune.py and profile_step.py; nothing in the
-package imports it.
+bench_packing.py, bench_finetune.py, bench_embeddings.py and
+profile_step.py; nothing in the package imports it.
 """
 
 from __future__ import annotations
 
+import json
 import resource
+import sys
 import time
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import jax
 import numpy as np
@@ -93,6 +95,24 @@ def stats(times: Sequence[float]) -> dict:
   return dict(min=float(a.min()), p50=float(np.median(a)),
               p90=float(np.percentile(a, 90)), max=float(a.max()),
               mean=float(a.mean()), n=len(a))
+
+
+def report(benchmark: Callable[[], dict], format_report: Callable[[dict], str],
+           json_path: str = "") -> None:
+  """A benchmark tool's ending: run `benchmark()`, print its report and,
+  given `json_path`, write the result there as JSON for a later
+  comparison. A config or file the benchmark refuses (ValueError,
+  FileNotFoundError) is one `error: ...` line and exit 1: the user's to
+  fix, so no traceback."""
+  try:
+    result = benchmark()
+  except (ValueError, FileNotFoundError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(1)
+  print(format_report(result))
+  if json_path:
+    with open(json_path, "w") as f:
+      json.dump(result, f, indent=1)
 
 
 # ==============================================================================

@@ -46,9 +46,7 @@ the median step time. No accuracy is measured here.
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 import time
 
 import numpy as np
@@ -502,17 +500,11 @@ def format_report(r: dict) -> str:
 
 def main(argv):
   del argv
-  try:
-    result = benchmark(FLAGS.config, FLAGS.rounds, FLAGS.steps, FLAGS.warmup,
-                       FLAGS.torch_threads, FLAGS.packed,
-                       FLAGS.packed_batch_size, FLAGS.predict)
-  except (ValueError, FileNotFoundError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(1)
-  print(format_report(result))
-  if FLAGS.json:
-    with open(FLAGS.json, "w") as f:
-      json.dump(result, f, indent=1)
+  benchmarking.report(
+      lambda: benchmark(FLAGS.config, FLAGS.rounds, FLAGS.steps, FLAGS.warmup,
+                        FLAGS.torch_threads, FLAGS.packed,
+                        FLAGS.packed_batch_size, FLAGS.predict),
+      format_report, FLAGS.json)
 
 
 if __name__ == "__main__":
