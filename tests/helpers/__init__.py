@@ -223,6 +223,50 @@ def run_log(workdir) -> str:
     return f.read()
 
 
+# `python -m bert_jax.main` that SIGKILLs itself once the checkpoint of step
+# $KILL_AFTER is committed: a kill right after a chosen save, which a signal
+# sent from outside cannot time.
+_KILL_AFTER_SAVE = """
+import os, signal
+from bert_jax.checkpoints import manager
+KILL_AFTER = int(os.environ["KILL_AFTER"])
+_save = manager.Checkpointer.save
+
+def save(self, step, *args, **kwargs):
+  out = _save(self, step, *args, **kwargs)
+  if step == KILL_AFTER:
+    self.wait()
+    os.kill(os.getpid(), signal.SIGKILL)
+  return out
+
+manager.Checkpointer.save = save
+from absl import app
+from bert_jax import main
+app.run(main.main)
+"""
+
+
+def run_main_logged(workdir, config: str, *flags, env: dict,
+                    kill_after: int | None = None, timeout=600) -> int:
+  """`python -m bert_jax.main --config configs/<config> --workdir WORKDIR
+  *flags` to its end, the output appended to WORKDIR.log (`run_log`), so
+  that a killed run and its rerun read as one log. With `kill_after`, the
+  run SIGKILLs itself right after the checkpoint of that step is
+  committed. Returns the exit code (-SIGKILL when killed)."""
+  head = [sys.executable, "-m", "bert_jax.main"]
+  if kill_after is not None:
+    driver = os.path.join(os.path.dirname(workdir), "kill_driver.py")
+    with open(driver, "w") as f:
+      f.write(_KILL_AFTER_SAVE)
+    head = [sys.executable, driver]
+    env = dict(env, KILL_AFTER=str(kill_after))
+  with open(f"{workdir}.log", "a") as log:
+    return subprocess.run(
+        [*head, "--config", os.path.join(REPO, "configs", config),
+         "--workdir", workdir, *flags], cwd=REPO, env=env, stdout=log,
+        stderr=subprocess.STDOUT, timeout=timeout).returncode
+
+
 def train_records(workdir) -> list[dict]:
   """The train rows of WORKDIR/metrics.jsonl so far (a line being written
   is skipped)."""
