@@ -149,6 +149,25 @@ def our_run(config, batches, trace=()):
           {k: np.array(v) for k, v in traced.items()})
 
 
+def run_and_export(base, config, *, seed, two_segments, table):
+  """`our_run` on NUM_STEPS synthetic batches, and what the reference side
+  reads: our initial params as a Hugging Face directory (`table`'s layout)
+  and the batches as numpy, in `base`."""
+  from bert_jax.hf import checkpoint_io
+  config.train.update(TRAIN)
+  batches = masked_batches(NUM_STEPS, config.model.vocab_size, seed=seed,
+                           two_segments=two_segments)
+  init, losses, norms, _ = our_run(config, batches)
+  model_dir = os.path.join(base, "init_hf")
+  checkpoint_io.save_hf_model(model_dir, init["params"], config.model,
+                              table=table)
+  batch_path = os.path.join(base, "batches.npz")
+  save_arrays(batch_path, batches)
+  return dict(hp=hparams(config), losses=losses, norms=norms,
+              size=count(init["params"]), model_dir=model_dir,
+              batch_path=batch_path)
+
+
 def count(tree):
   return sum(int(np.size(x)) for x in jax.tree.leaves(tree))
 
@@ -255,6 +274,29 @@ def mlm_labels(b):
   return labels
 
 
+def train_masked_lm(model, batch_path, hp):
+  """(per-step losses, trainable param count) of a Hugging Face masked LM
+  with no sentence-pair head, trained on the saved batches with its own
+  loss: `labels` with -100 off the masked positions."""
+  model.train()
+  opt = TorchOptimizer(model.named_parameters(), **hp)
+  losses = []
+  for batch in load_arrays(batch_path):
+    b = tensors(batch)
+    out = model(input_ids=b["input_ids"].long(),
+                attention_mask=b["input_mask"].long(), labels=mlm_labels(b))
+    losses.append(opt.step(out.loss))
+  return np.array(losses), opt.numel()
+
+
+def assert_perturbed_reference_breaks(ours, theirs):
+  """A reference made wrong on purpose must miss ours by far more than the
+  tolerance: the comparison can see the difference it is meant to see."""
+  rel = max_rel(ours, theirs)
+  print(f"perturbed reference: max relative difference {rel:.3g}")
+  assert rel > 10 * TOLERANCE
+
+
 # =============================================================================
 # ALBERT: MLM + SOP.
 # =============================================================================
@@ -279,23 +321,13 @@ def albert_reference(model_dir, batch_path, hp):
 
 @pytest.fixture(scope="module")
 def albert_run(tmp_path_factory):
-  from bert_jax.hf import checkpoint_io
   from tests.helpers import family_checks
   base = str(tmp_path_factory.mktemp("albert_parity"))
   config = family_checks.family_config("albert")
   config.data.update(max_ngram=1, max_predictions_per_seq=PREDS,
                      seq_length=SEQ)
-  config.train.update(TRAIN)
-  batches = masked_batches(NUM_STEPS, config.model.vocab_size, seed=0,
-                           two_segments=True)
-  init, losses, norms, _ = our_run(config, batches)
-  model_dir = os.path.join(base, "init_hf")
-  checkpoint_io.save_hf_model(model_dir, init["params"], config.model, table=albert_family.ALBERT)
-  batch_path = os.path.join(base, "batches.npz")
-  save_arrays(batch_path, batches)
-  return dict(hp=hparams(config), losses=losses, norms=norms,
-              size=count(init["params"]), model_dir=model_dir,
-              batch_path=batch_path)
+  return run_and_export(base, config, seed=0, two_segments=True,
+                        table=albert_family.ALBERT)
 
 
 @pytest.mark.slow
@@ -315,9 +347,7 @@ def test_albert_parity_sees_a_wrong_decay_mask(albert_run):
   with one_thread():
     theirs, _ = albert_reference(r["model_dir"], r["batch_path"],
                                  dict(r["hp"], decay_all=True))
-  rel = max_rel(r["losses"], theirs)
-  print(f"perturbed reference: max relative difference {rel:.3g}")
-  assert rel > 10 * TOLERANCE
+  assert_perturbed_reference_breaks(r["losses"], theirs)
 
 
 # =============================================================================
@@ -420,9 +450,7 @@ def test_distil_parity_sees_a_wrong_loss_weight(distil_run):
     theirs, _ = distil_reference(r["student_dir"], r["teacher_dir"],
                                  r["batch_path"], r["hp"],
                                  **dict(r["loss_kw"], alpha_cos=0.9))
-  rel = max_rel(r["losses"], theirs)
-  print(f"perturbed reference: max relative difference {rel:.3g}")
-  assert rel > 10 * TOLERANCE
+  assert_perturbed_reference_breaks(r["losses"], theirs)
 
 
 # =============================================================================
@@ -587,35 +615,17 @@ def modernbert_reference(model_dir, batch_path, hp, attn="sdpa", **config):
       model_dir, attn_implementation=attn, dtype=torch.float32,
       embedding_dropout=0.0, mlp_dropout=0.0, attention_dropout=0.0,
       **config)
-  model.train()
-  opt = TorchOptimizer(model.named_parameters(), **hp)
-  losses = []
-  for batch in load_arrays(batch_path):
-    b = tensors(batch)
-    out = model(input_ids=b["input_ids"].long(),
-                attention_mask=b["input_mask"].long(), labels=mlm_labels(b))
-    losses.append(opt.step(out.loss))
-  return np.array(losses), opt.numel()
+  return train_masked_lm(model, batch_path, hp)
 
 
 @pytest.fixture(scope="module")
 def modernbert_run(tmp_path_factory):
-  from bert_jax.hf import checkpoint_io
   from tests.helpers import family_checks
   base = str(tmp_path_factory.mktemp("modernbert_parity"))
   config = family_checks.family_config("modernbert")  # 8-token window.
   config.data.update(max_predictions_per_seq=PREDS, seq_length=SEQ)
-  config.train.update(TRAIN)
-  batches = masked_batches(NUM_STEPS, config.model.vocab_size, seed=3,
-                           two_segments=False)
-  init, losses, norms, _ = our_run(config, batches)
-  model_dir = os.path.join(base, "init_hf")
-  checkpoint_io.save_hf_model(model_dir, init["params"], config.model, table=modernbert_family.MODERNBERT)
-  batch_path = os.path.join(base, "batches.npz")
-  save_arrays(batch_path, batches)
-  return dict(hp=hparams(config), losses=losses, norms=norms,
-              size=count(init["params"]), model_dir=model_dir,
-              batch_path=batch_path)
+  return run_and_export(base, config, seed=3, two_segments=False,
+                        table=modernbert_family.MODERNBERT)
 
 
 @pytest.mark.slow
@@ -636,9 +646,7 @@ def test_modernbert_parity_sees_a_wider_window(modernbert_run):
   with one_thread():
     theirs, _ = modernbert_reference(r["model_dir"], r["batch_path"],
                                      r["hp"], local_attention=10)
-  rel = max_rel(r["losses"], theirs)
-  print(f"perturbed reference: max relative difference {rel:.3g}")
-  assert rel > 10 * TOLERANCE
+  assert_perturbed_reference_breaks(r["losses"], theirs)
 
 
 # =============================================================================
@@ -651,37 +659,18 @@ def roberta_reference(model_dir, batch_path, hp, **config):
   model = load(transformers.RobertaForMaskedLM, model_dir,
                hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                **config)
-  model.train()
-  opt = TorchOptimizer(model.named_parameters(), **hp)
-  losses = []
-  for batch in load_arrays(batch_path):
-    b = tensors(batch)
-    out = model(input_ids=b["input_ids"].long(),
-                attention_mask=b["input_mask"].long(), labels=mlm_labels(b))
-    losses.append(opt.step(out.loss))
-  return np.array(losses), opt.numel()
+  return train_masked_lm(model, batch_path, hp)
 
 
 @pytest.fixture(scope="module")
 def roberta_run(tmp_path_factory):
   from bert_jax.families import roberta as roberta_family
-  from bert_jax.hf import checkpoint_io
   from tests.helpers import family_checks
   base = str(tmp_path_factory.mktemp("roberta_parity"))
   config = family_checks.family_config("roberta")  # Padding id 0.
   config.data.update(max_predictions_per_seq=PREDS, seq_length=SEQ)
-  config.train.update(TRAIN)
-  batches = masked_batches(NUM_STEPS, config.model.vocab_size, seed=4,
-                           two_segments=False)
-  init, losses, norms, _ = our_run(config, batches)
-  model_dir = os.path.join(base, "init_hf")
-  checkpoint_io.save_hf_model(model_dir, init["params"], config.model,
-                              table=roberta_family.FAMILY.pretraining_tables[0])
-  batch_path = os.path.join(base, "batches.npz")
-  save_arrays(batch_path, batches)
-  return dict(hp=hparams(config), losses=losses, norms=norms,
-              size=count(init["params"]), model_dir=model_dir,
-              batch_path=batch_path)
+  return run_and_export(base, config, seed=4, two_segments=False,
+                        table=roberta_family.FAMILY.pretraining_tables[0])
 
 
 def test_roberta_per_step_loss_equals_pytorch(roberta_run):
@@ -700,6 +689,4 @@ def test_roberta_parity_sees_positions_from_another_padding_id(roberta_run):
   with one_thread():
     theirs, _ = roberta_reference(r["model_dir"], r["batch_path"], r["hp"],
                                   pad_token_id=3)
-  rel = max_rel(r["losses"], theirs)
-  print(f"perturbed reference: max relative difference {rel:.3g}")
-  assert rel > 10 * TOLERANCE
+  assert_perturbed_reference_breaks(r["losses"], theirs)
