@@ -35,6 +35,7 @@ from bert_jax.downstream import finetuning
 from bert_jax.training import steps as steps_lib
 from tests import helpers
 from tests.helpers import family_checks
+from tests.helpers import packed_rows
 from tests.helpers import span_tag_tasks
 from tests.helpers import tiny_models
 
@@ -125,12 +126,8 @@ def test_packed_sentences_get_the_tags_losses_and_gradients_of_each_alone(
   assert not together[packed["example_weights"] == 0].any()
   # The same labelled tokens, the same sums and counts: the same loss and
   # gradients.
-  np.testing.assert_allclose(loss_pack, loss_pad, rtol=1e-6)
-  for (path, a), (_, b) in zip(
-      jax.tree_util.tree_leaves_with_path(nnx.to_pure_dict(grads_pack)),
-      jax.tree_util.tree_leaves_with_path(nnx.to_pure_dict(grads_pad))):
-    np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5,
-                               err_msg=jax.tree_util.keystr(path))
+  packed_rows.assert_same_loss_and_grads(loss_pack, grads_pack, loss_pad,
+                                         grads_pad)
   # Another first sentence in each row changes none of the others' tags.
   changed = dict(packed)
   first = packed["sequence_ids"] == 1
