@@ -17,7 +17,6 @@ after kill -9.
 
 import json
 import os
-import signal
 import subprocess
 import sys
 
@@ -261,25 +260,6 @@ def test_packed_ner_run_resumes_exactly_after_kill9(ner):
   cmd = _flags(ner, workdir, "--config.train.num_steps=14",
                "--config.checkpoint.save_every_steps=5",
                "--config.checkpoint.async_save=False")
-  env = helpers.child_env()
-
-  def start():
-    log = open(f"{workdir}.log", "a")
-    return subprocess.Popen(cmd, cwd=helpers.REPO, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, text=True)
-
-  proc = start()
-  helpers.wait_for_step(proc, workdir, 7)
-  proc.send_signal(signal.SIGKILL)
-  assert proc.wait(timeout=60) == -signal.SIGKILL
-  killed = {r["step"]: r for r in helpers.train_records(workdir)}
-  assert max(killed) < 10, "killed too late to test resume"
-  proc = start()
-  assert proc.wait(timeout=900) == 0, helpers.run_log(workdir)[-3000:]
-  assert "Resumed from checkpoint step 5" in helpers.run_log(workdir)
-  resumed = helpers.train_records(workdir)[len(killed):]
-  assert [r["step"] for r in resumed] == list(range(6, 15))
-  redone = [r for r in resumed if r["step"] in killed]
-  assert len(redone) >= 2
-  for r in redone:  # Same rows, same losses.
-    assert r["loss"] == killed[r["step"]]["loss"], r["step"]
+  helpers.assert_resumes_exactly_after_kill9(
+      cmd, workdir, helpers.child_env(), kill_after=7, save_every=5,
+      num_steps=14)

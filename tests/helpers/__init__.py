@@ -12,6 +12,7 @@ import json
 import logging as std_logging
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -297,3 +298,35 @@ def wait_for_step(proc, workdir, step, skip=0, timeout=600):
                   + run_log(workdir)[-3000:])
     time.sleep(0.02)
   pytest.fail(f"step {step} not reached in {timeout}s")
+
+
+def assert_resumes_exactly_after_kill9(cmd, workdir, env, *, kill_after: int,
+                                       save_every: int, num_steps: int):
+  """`cmd` (a run of `num_steps` steps that logs each and saves a checkpoint
+  every `save_every`, synchronously) killed with SIGKILL once step
+  `kill_after` is logged, then the same command again: the rerun resumes
+  from the last checkpoint before the kill, runs to the end, and the steps
+  it redoes have the killed run's losses bit for bit. Both runs' output
+  goes to WORKDIR.log."""
+
+  def start():
+    with open(f"{workdir}.log", "a") as log:
+      return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log,
+                              stderr=subprocess.STDOUT, text=True)
+
+  saved = kill_after // save_every * save_every
+  proc = start()
+  wait_for_step(proc, workdir, kill_after)
+  proc.send_signal(signal.SIGKILL)
+  assert proc.wait(timeout=60) == -signal.SIGKILL
+  killed = {r["step"]: r for r in train_records(workdir)}
+  assert max(killed) < saved + save_every, "killed too late to test resume"
+  proc = start()
+  assert proc.wait(timeout=900) == 0, run_log(workdir)[-3000:]
+  assert f"Resumed from checkpoint step {saved}" in run_log(workdir)
+  resumed = train_records(workdir)[len(killed):]
+  assert [r["step"] for r in resumed] == list(range(saved + 1, num_steps + 1))
+  redone = [r for r in resumed if r["step"] in killed]
+  assert len(redone) >= kill_after - saved
+  for r in redone:  # Same rows, same losses.
+    assert r["loss"] == killed[r["step"]]["loss"], r["step"]
