@@ -21,6 +21,7 @@ from bert_jax.data import pipeline
 from bert_jax.data import sources as data_sources
 from bert_jax.data import tokenizers
 from bert_jax.training import config_checks
+from tests import helpers
 
 T = 32
 NUM_DOCS = 800
@@ -216,21 +217,11 @@ def test_save_restore_continues_identically(uniq, tmp_path):
   files = sorted(tf.io.gfile.glob(uniq["glob"]))
   c = make_config("", tok.path, whole_word_mask=True,
                   sources=f"{files[0]},{files[1]}@0.7;text:{files[2]}@0.3")
-  it = pipeline.create_train_iterator(c, tok, str(tmp_path))
-  for _ in range(5):
-    next(it)
-  it.save(str(tmp_path / "ckpt"))
+  restored = helpers.assert_train_iterator_resumes_exactly(
+      c, tok, tmp_path, saved_after=5, compared=6)
   assert os.path.isdir(tmp_path / "ckpt" / "process_0")
-  want = [next(it) for _ in range(6)]
-  it2 = pipeline.create_train_iterator(c, tok, str(tmp_path))
-  next(it2)  # advance, then restore must rewind to the saved state
-  it2.restore(str(tmp_path / "ckpt"))
-  got = [next(it2) for _ in range(6)]
-  for w, g in zip(want, got):
-    for k in features.PRETRAINING_NAMES:
-      np.testing.assert_array_equal(w[k], g[k])
   with pytest.raises(ValueError, match="No data iterator state"):
-    it2.restore(str(tmp_path / "nothing"))
+    restored.restore(str(tmp_path / "nothing"))
 
 
 @pytest.mark.slow

@@ -215,6 +215,29 @@ def written_files(workdir) -> list[str]:
                 if f != ".workdir_lock.json")
 
 
+def assert_train_iterator_resumes_exactly(config, tok, tmp_dir, *,
+                                          saved_after: int, compared: int):
+  """The pretraining iterator of `config` saved after `saved_after`
+  batches, restored into a fresh one that has already moved on a batch
+  (restoring rewinds it), gives the same next `compared` batches, every
+  feature of the config's spec. Returns the restored iterator."""
+  from bert_jax.data import features  # pylint: disable=g-import-not-at-top
+  from bert_jax.data import pipeline  # pylint: disable=g-import-not-at-top
+  ckpt = os.path.join(tmp_dir, "ckpt")
+  it = pipeline.create_train_iterator(config, tok, str(tmp_dir))
+  for _ in range(saved_after):
+    next(it)
+  it.save(ckpt)
+  want = [next(it) for _ in range(compared)]
+  again = pipeline.create_train_iterator(config, tok, str(tmp_dir))
+  next(again)
+  again.restore(ckpt)
+  for w, g in zip(want, [next(again) for _ in range(compared)]):
+    for k in features.pretraining_spec(config.data):
+      np.testing.assert_array_equal(w[k], g[k])
+  return again
+
+
 # -----------------------------------------------------------------------------
 # Watching a `python -m bert_jax.main` child that writes WORKDIR.log.
 # -----------------------------------------------------------------------------
