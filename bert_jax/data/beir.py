@@ -20,6 +20,8 @@ import dataclasses
 import json
 import os
 
+from bert_jax.data import task_sources
+
 CORPUS, QUERIES, QRELS_DIR = "corpus.jsonl", "queries.jsonl", "qrels"
 
 
@@ -39,17 +41,10 @@ class Retrieval:
 
 
 def _open(path: str):
-  """A local file, or a tf.io.gfile path (gs://: TensorFlow only then)."""
-  if "://" in path:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top  (gs://)
-    exists, opener = tf.io.gfile.exists, tf.io.gfile.GFile
-  else:
-    exists, opener = os.path.isfile, open
-  if not exists(path):
-    raise FileNotFoundError(
-        f"{path} does not exist (a BEIR directory holds {CORPUS}, "
-        f"{QUERIES} and {QRELS_DIR}/<split>.tsv).")
-  return opener(path, "rb")
+  """A BEIR file; a missing one is named with what the directory holds."""
+  return task_sources.open_file(
+      path, f"a BEIR directory holds {CORPUS}, {QUERIES} and "
+      f"{QRELS_DIR}/<split>.tsv")
 
 
 def _jsonl(path: str):

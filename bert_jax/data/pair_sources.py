@@ -21,7 +21,6 @@ import csv
 import dataclasses
 import io
 import json
-import os
 from typing import Sequence
 
 import numpy as np
@@ -51,15 +50,7 @@ class PairRows:
 
 
 def _read_text(path: str) -> str:
-  """A local file, or a tf.io.gfile path (gs://: TensorFlow only then)."""
-  if "://" in path:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top  (gs://)
-    exists, opener = tf.io.gfile.exists, tf.io.gfile.GFile
-  else:
-    exists, opener = os.path.isfile, open
-  if not exists(path):
-    raise FileNotFoundError(f"{path} does not exist.")
-  with opener(path, "rb") as f:
+  with task_sources.open_file(path) as f:
     return f.read().decode("utf-8-sig")  # Excel writes a BOM.
 
 
