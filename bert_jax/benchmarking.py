@@ -20,7 +20,7 @@ import json
 import resource
 import sys
 import time
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, NamedTuple, Protocol, Sequence
 
 import jax
 import numpy as np
@@ -203,20 +203,38 @@ class Ours(Side):
 # ==============================================================================
 # A fine-tuning task's own batches.
 # ==============================================================================
+class FinetuningTask(NamedTuple):
+  """What a fine-tuning run reads before it builds its batches."""
+  source: pretrained.Source  # train.init_from, resolved.
+  kind: Any  # tasks.Kind
+  task: Any  # The kind's task spec.
+  train_rows: Any
+  eval_rows: dict  # {eval split: rows}
+  tokenizer: Any  # The source's.
+
+
+def read_finetuning_task(config) -> FinetuningTask:
+  """The task `config` names (task.*) and train.init_from's tokenizer, read
+  as the fine-tuning run reads them, writing nothing (no label map)."""
+  source = pretrained.resolve(config.train.init_from,
+                              config.train.init_from_step or None)
+  spec = pretrained.tokenizer_spec(source)
+  kind = finetuning.task_kind(config)
+  task, train_rows, eval_rows = finetuning.read_task(config, "")
+  tok = tokenizers.load(spec.path, spec.kind, spec.lower_case)
+  return FinetuningTask(source, kind, task, train_rows, eval_rows, tok)
+
+
 def task_batches(config, num: int):
   """(the run's config, `num` training batches of one shape) of the
   fine-tuning task `config` names (task.*, train.init_from: its
   tokenizer and architecture; data.packing: packed rows), as the
   fine-tuning run builds them (the task kind's input). Bucketed batches
   keep the most common bucket's."""
-  source = pretrained.resolve(config.train.init_from,
-                              config.train.init_from_step or None)
-  spec_t = pretrained.tokenizer_spec(source)
-  kind = finetuning.task_kind(config)
-  task, train, _ = finetuning.read_task(config, "")  # Writes nothing.
-  tok = tokenizers.load(spec_t.path, spec_t.kind, spec_t.lower_case)
-  inputs = kind.make_input(config, tok, task, train, {})
-  config = finetuning.resolve_config(config, source, task, inputs.num_train)
+  t = read_finetuning_task(config)
+  inputs = t.kind.make_input(config, t.tokenizer, t.task, t.train_rows, {})
+  config = finetuning.resolve_config(config, t.source, t.task,
+                                     inputs.num_train)
   batches = [next(inputs.train_iter) for _ in range(4 * num)]
   shapes = [b["input_ids"].shape for b in batches]
   common = max(set(shapes), key=shapes.count)

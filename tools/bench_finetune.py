@@ -402,15 +402,9 @@ def benchmark(config, rounds: int, steps: int, warmup: int,
   if torch_threads:
     import torch
     torch.set_num_threads(torch_threads)
-  from bert_jax import pretrained
   from bert_jax.data import task_data
-  from bert_jax.data import tokenizers
-  source = pretrained.resolve(config.train.init_from,
-                              config.train.init_from_step or None)
-  spec_t = pretrained.tokenizer_spec(source)
-  kind = finetuning.task_kind(config)
-  spec, train_rows, eval_rows = finetuning.read_task(config, "")  # No file.
-  tok = tokenizers.load(spec_t.path, spec_t.kind, spec_t.lower_case)
+  source, kind, spec, train_rows, eval_rows, tok = (
+      benchmarking.read_finetuning_task(config))
   pad_id = 0 if tok.pad_id is None else int(tok.pad_id)
   b = config.train.batch_size
   config = config.copy_and_resolve_references()
