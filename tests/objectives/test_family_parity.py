@@ -42,7 +42,6 @@ Max relative differences measured (20 steps): albert 6e-7, distil 2e-7,
 electra 3.9e-6 (discriminator BCE 4.7e-6, generator MLM 4e-7), roberta 1e-6.
 """
 
-import contextlib
 import math
 import os
 
@@ -51,6 +50,7 @@ import numpy as np
 import pytest
 from bert_jax.families import albert as albert_family
 from bert_jax.families import modernbert as modernbert_family
+from tests.helpers import torch_reference
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -199,18 +199,6 @@ def compare(name, ours, theirs, norms, hp):
 # -----------------------------------------------------------------------------
 # Reference: PyTorch, nothing from bert_jax.
 # -----------------------------------------------------------------------------
-@contextlib.contextmanager
-def one_thread():
-  """Torch on one thread: these models are tiny, and two threads on two
-  busy cores run ~10x slower than one."""
-  before = torch.get_num_threads()
-  torch.set_num_threads(1)
-  try:
-    yield
-  finally:
-    torch.set_num_threads(before)
-
-
 def load(cls, path, **dropout):
   return cls.from_pretrained(path, attn_implementation="eager",
                              dtype=torch.float32, **dropout)
@@ -333,7 +321,7 @@ def albert_run(tmp_path_factory):
 @pytest.mark.slow
 def test_albert_per_step_loss_equals_pytorch(albert_run):
   r = albert_run
-  with one_thread():
+  with torch_reference.one_thread():
     theirs, numel = albert_reference(r["model_dir"], r["batch_path"], r["hp"])
   assert numel == r["size"]  # The same trainable params, tied ones once.
   compare("albert", r["losses"], theirs, r["norms"], r["hp"])
@@ -344,7 +332,7 @@ def test_albert_parity_sees_a_wrong_decay_mask(albert_run):
   """Weight decay on LayerNorms and biases too, on the reference side,
   breaks the comparison."""
   r = albert_run
-  with one_thread():
+  with torch_reference.one_thread():
     theirs, _ = albert_reference(r["model_dir"], r["batch_path"],
                                  dict(r["hp"], decay_all=True))
   assert_perturbed_reference_breaks(r["losses"], theirs)
@@ -434,7 +422,7 @@ def distil_run(tmp_path_factory):
 @pytest.mark.slow
 def test_distil_per_step_loss_equals_pytorch(distil_run):
   r = distil_run
-  with one_thread():
+  with torch_reference.one_thread():
     theirs, numel = distil_reference(r["student_dir"], r["teacher_dir"],
                                      r["batch_path"], r["hp"],
                                      **r["loss_kw"])
@@ -446,7 +434,7 @@ def test_distil_per_step_loss_equals_pytorch(distil_run):
 def test_distil_parity_sees_a_wrong_loss_weight(distil_run):
   """alpha_cos 0.9 instead of 1.0 on the reference side breaks it."""
   r = distil_run
-  with one_thread():
+  with torch_reference.one_thread():
     theirs, _ = distil_reference(r["student_dir"], r["teacher_dir"],
                                  r["batch_path"], r["hp"],
                                  **dict(r["loss_kw"], alpha_cos=0.9))
@@ -572,7 +560,7 @@ def test_electra_sampling_noise_is_jax_categorical():
 @pytest.mark.slow
 def test_electra_per_step_loss_equals_pytorch(electra_run):
   r = electra_run
-  with one_thread():
+  with torch_reference.one_thread():
     theirs, numel = electra_reference(
         r["pair_dir"], r["batch_path"], r["noise_path"], r["hp"],
         **r["loss_kw"])
@@ -594,7 +582,7 @@ def test_electra_parity_sees_the_pad_row(electra_run):
   (once in these 20 steps) gives no gradient to its embedding row there,
   and the generator's loss drifts past the tolerance."""
   r = electra_run
-  with one_thread():
+  with torch_reference.one_thread():
     theirs, _ = electra_reference(
         r["pair_dir"], r["batch_path"], r["noise_path"], r["hp"],
         **dict(r["loss_kw"], pad_row_trains=False))
@@ -631,7 +619,7 @@ def modernbert_run(tmp_path_factory):
 @pytest.mark.slow
 def test_modernbert_per_step_loss_equals_pytorch(modernbert_run):
   r = modernbert_run
-  with one_thread():
+  with torch_reference.one_thread():
     theirs, numel = modernbert_reference(r["model_dir"], r["batch_path"],
                                          r["hp"])
   assert numel == r["size"]  # The decoder weight is the embedding, once.
@@ -643,7 +631,7 @@ def test_modernbert_parity_sees_a_wider_window(modernbert_run):
   """The reference with local_attention 10 instead of 8 (one more key on
   each side of every sliding-window query) breaks the comparison."""
   r = modernbert_run
-  with one_thread():
+  with torch_reference.one_thread():
     theirs, _ = modernbert_reference(r["model_dir"], r["batch_path"],
                                      r["hp"], local_attention=10)
   assert_perturbed_reference_breaks(r["losses"], theirs)
@@ -675,7 +663,7 @@ def roberta_run(tmp_path_factory):
 
 def test_roberta_per_step_loss_equals_pytorch(roberta_run):
   r = roberta_run
-  with one_thread():
+  with torch_reference.one_thread():
     theirs, numel = roberta_reference(r["model_dir"], r["batch_path"],
                                       r["hp"])
   assert numel == r["size"]  # The decoder is the embedding, once.
@@ -686,7 +674,7 @@ def test_roberta_parity_sees_positions_from_another_padding_id(roberta_run):
   """The reference counting positions from padding id 3 instead of 0 (every
   position two further into the table) breaks the comparison."""
   r = roberta_run
-  with one_thread():
+  with torch_reference.one_thread():
     theirs, _ = roberta_reference(r["model_dir"], r["batch_path"], r["hp"],
                                   pad_token_id=3)
   assert_perturbed_reference_breaks(r["losses"], theirs)
