@@ -4,7 +4,8 @@ RoBERTa), and for BERT, ModernBERT and RoBERTa on packed rows
 
 `mesh_losses` runs 3 train steps of an objective on 1 device and on 8
 simulated CPU devices (DP=8, FSDP=8, DP=4 x TP=2) in a subprocess whose
-XLA_FLAGS are set before jax is imported, and returns the per-step losses.
+XLA_FLAGS are set before jax is imported, and returns the per-step losses;
+`assert_meshes_agree` checks them against the single device's.
 `resume_losses` runs `python -m bert_jax.main` for 8 steps, copies its
 workdir keeping only the step-4 checkpoint, reruns the same command there
 (restoring state and data-iterator position) and returns both loss logs.
@@ -121,6 +122,18 @@ def mesh_losses(family: str, tmp_path) -> dict:
     raise AssertionError(proc.stdout[-2000:] + proc.stderr[-5000:])
   with open(out) as f:
     return json.load(f)
+
+
+def assert_meshes_agree(family: str, tmp_path) -> None:
+  """Every mesh of `mesh_losses` gives the single device's per-step losses
+  (rtol 1e-5), and those losses move: a loss that stood still would agree
+  whatever the sharding did."""
+  import numpy as np
+  losses = mesh_losses(family, tmp_path)
+  for name in MESHES:
+    np.testing.assert_allclose(losses[name], losses["single"], rtol=1e-5,
+                               err_msg=name)
+  assert losses["single"][0] != losses["single"][2]
 
 
 def _train_losses(workdir) -> dict:
