@@ -17,6 +17,7 @@ from bert_jax import config_lib
 from bert_jax.data import demo_corpus
 from bert_jax.data import examples
 from bert_jax.data import features
+from bert_jax.data import masking
 from bert_jax.data import pipeline
 from bert_jax.data import sources as data_sources
 from bert_jax.data import tokenizers
@@ -83,15 +84,6 @@ def make_config(files, tok_path="", kind="wordpiece", **data):
   if c.data.objective == "packed":
     c.data.nsp = False
   return c
-
-
-def unmasked(batch):
-  """input_ids with the masked positions restored to their original ids."""
-  ids = batch["input_ids"].copy()
-  for r in range(ids.shape[0]):
-    w = batch["masked_lm_weights"][r] > 0
-    ids[r, batch["masked_lm_positions"][r][w]] = batch["masked_lm_ids"][r][w]
-  return ids
 
 
 def one_epoch_examples(config, tok, workdir, pi=0, pc=1, mode="train"):
@@ -237,7 +229,9 @@ def test_eval_batches_identical_and_held_out(uniq, tmp_path):
     for k in features.PRETRAINING_NAMES:
       np.testing.assert_array_equal(a[k], b[k])
   doc_of = uniq["doc_of"]
-  eval_docs = {int(d) for b in e1 for d in doc_of[unmasked(b)[unmasked(b) >= uniq["first"]]]}
+  eval_ids = [masking.unmasked_ids(b) for b in e1]
+  eval_docs = {int(d) for ids in eval_ids
+               for d in doc_of[ids[ids >= uniq["first"]]]}
   train_rows = one_epoch_examples(c, tok, str(tmp_path))
   train_docs = {int(d) for r in train_rows for d in doc_of[np.array(r)[np.array(r) >= uniq["first"]]]}
   assert eval_docs and not eval_docs & train_docs
