@@ -74,10 +74,6 @@ def make_model(config, rngs):
   return modernbert.ModernBertForMaskedLM(config.model, rngs=rngs)
 
 
-def feature_spec(config):
-  return features.pretraining_spec(config.data)
-
-
 def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
   """Packed rows (data.packing) add their sequence and position ids: each
   document attends only to itself, RoPE positions restart per document."""
@@ -98,7 +94,7 @@ def validate(config) -> None:
 
 
 OBJECTIVE = Objective(
-    name="modernbert", make_model=make_model, feature_spec=feature_spec,
+    name="modernbert", make_model=make_model, feature_spec=bert.feature_spec,
     loss_sums=loss_sums, counts=bert.mlm_counts, loss=bert.mlm_loss,
     metrics=bert.mlm_metrics,
     log_keys=(("loss", "loss"), ("mlm_acc", "mlm_accuracy")),

@@ -18,7 +18,6 @@ import dataclasses
 
 from bert_jax import config_lib
 from bert_jax.data import checks as data_checks
-from bert_jax.data import features
 from bert_jax.models import bert as bert_model
 from bert_jax.models import flops as flops_lib
 from bert_jax.models import roberta
@@ -69,10 +68,6 @@ def make_model(config, rngs):
   return roberta.RobertaForMaskedLM(config.model, rngs=rngs)
 
 
-def feature_spec(config):
-  return features.pretraining_spec(config.data)
-
-
 def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
   """Packed rows (data.packing) add their sequence and position ids: each
   document attends only to itself, its positions restart after the
@@ -96,7 +91,7 @@ def validator(title: str):
 
 
 OBJECTIVE = Objective(
-    name="roberta", make_model=make_model, feature_spec=feature_spec,
+    name="roberta", make_model=make_model, feature_spec=bert.feature_spec,
     loss_sums=loss_sums, counts=bert.mlm_counts, loss=bert.mlm_loss,
     metrics=bert.mlm_metrics,
     log_keys=(("loss", "loss"), ("mlm_acc", "mlm_accuracy")),
