@@ -17,7 +17,6 @@ the file and line. The corpus is read twice and streamed
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 
 from bert_jax.data import task_sources
@@ -51,14 +50,9 @@ def _jsonl(path: str):
   """(line number, object) per non-blank line; ValueError naming the line
   for anything that is not an object with a string "_id"."""
   with _open(path) as f:
-    for n, raw in enumerate(f, 1):
-      line = raw.decode("utf-8-sig" if n == 1 else "utf-8")
-      if not line.strip():
-        continue
-      try:
-        obj = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{n}: not a JSON object ({e}).") from None
+    lines = (raw.decode("utf-8-sig" if n == 0 else "utf-8")
+             for n, raw in enumerate(f))
+    for n, obj in task_sources.json_lines(path, lines):
       if not isinstance(obj, dict) or "_id" not in obj:
         raise ValueError(f"{path}:{n}: not an object with an \"_id\".")
       yield n, obj

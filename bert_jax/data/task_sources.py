@@ -182,6 +182,20 @@ def open_file(path: str, hint: str = "") -> IO[bytes]:
   return opener(path, "rb")
 
 
+def json_lines(path: str, lines):
+  """(line number from 1, parsed value) of each non-blank line of the
+  JSONL file `path`; ValueError naming the file and line for one that is
+  not JSON."""
+  for n, line in enumerate(lines, 1):
+    if not line.strip():
+      continue
+    try:
+      obj = json.loads(line)
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{path}:{n}: not a JSON object ({e}).") from None
+    yield n, obj
+
+
 def file_format(path: str, fmt: str = "") -> str:
   fmt = (fmt or os.path.splitext(path)[1].lstrip(".")).lower()
   fmt = {"json": "jsonl", "ndjson": "jsonl"}.get(fmt, fmt)
