@@ -262,18 +262,22 @@ def mlm_labels(b):
   return labels
 
 
-def train_masked_lm(model, batch_path, hp):
-  """(per-step losses, trainable param count) of a Hugging Face masked LM
-  with no sentence-pair head, trained on the saved batches with its own
-  loss: `labels` with -100 off the masked positions."""
+def masked_lm_inputs(b):
+  """A Hugging Face masked LM's inputs for its own loss: `labels` with -100
+  off the masked positions."""
+  return dict(input_ids=b["input_ids"].long(),
+              attention_mask=b["input_mask"].long(), labels=mlm_labels(b))
+
+
+def train_with_own_loss(model, batch_path, hp, inputs=masked_lm_inputs):
+  """(per-step losses, trainable param count) of a Hugging Face model
+  trained on the saved batches with the loss it computes from
+  `inputs(torch batch)`."""
   model.train()
   opt = TorchOptimizer(model.named_parameters(), **hp)
   losses = []
   for batch in load_arrays(batch_path):
-    b = tensors(batch)
-    out = model(input_ids=b["input_ids"].long(),
-                attention_mask=b["input_mask"].long(), labels=mlm_labels(b))
-    losses.append(opt.step(out.loss))
+    losses.append(opt.step(model(**inputs(tensors(batch))).loss))
   return np.array(losses), opt.numel()
 
 
@@ -293,18 +297,11 @@ def albert_reference(model_dir, batch_path, hp):
   model = load(transformers.AlbertForPreTraining, model_dir,
                hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                classifier_dropout_prob=0.0)
-  model.train()
-  opt = TorchOptimizer(model.named_parameters(), **hp)
-  losses = []
-  for batch in load_arrays(batch_path):
-    b = tensors(batch)
-    out = model(input_ids=b["input_ids"].long(),
-                attention_mask=b["input_mask"].long(),
-                token_type_ids=b["segment_ids"].long(),
-                labels=mlm_labels(b),
-                sentence_order_label=b["next_sentence_labels"].long())
-    losses.append(opt.step(out.loss))
-  return np.array(losses), opt.numel()
+  return train_with_own_loss(
+      model, batch_path, hp,
+      lambda b: dict(masked_lm_inputs(b),
+                     token_type_ids=b["segment_ids"].long(),
+                     sentence_order_label=b["next_sentence_labels"].long()))
 
 
 @pytest.fixture(scope="module")
@@ -603,7 +600,7 @@ def modernbert_reference(model_dir, batch_path, hp, attn="sdpa", **config):
       model_dir, attn_implementation=attn, dtype=torch.float32,
       embedding_dropout=0.0, mlp_dropout=0.0, attention_dropout=0.0,
       **config)
-  return train_masked_lm(model, batch_path, hp)
+  return train_with_own_loss(model, batch_path, hp)
 
 
 @pytest.fixture(scope="module")
@@ -647,7 +644,7 @@ def roberta_reference(model_dir, batch_path, hp, **config):
   model = load(transformers.RobertaForMaskedLM, model_dir,
                hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                **config)
-  return train_masked_lm(model, batch_path, hp)
+  return train_with_own_loss(model, batch_path, hp)
 
 
 @pytest.fixture(scope="module")
