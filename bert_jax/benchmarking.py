@@ -10,15 +10,17 @@ anything with ``run(n, record)`` and ``times``: `Side` for steps run in this
 process, or a peer driven in another process (tools/benchmark.py).
 
 Used by tools/benchmark.py, bench_seq_lengths.py, bench_variants.py,
-bench_packing.py, bench_finetune.py and profile_step.py; nothing in the
-package imports it.
+bench_packing.py, bench_finetune.py, bench_embeddings.py and
+profile_step.py; nothing in the package imports it.
 """
 
 from __future__ import annotations
 
+import json
 import resource
+import sys
 import time
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, NamedTuple, Protocol, Sequence
 
 import jax
 import numpy as np
@@ -93,6 +95,24 @@ def stats(times: Sequence[float]) -> dict:
   return dict(min=float(a.min()), p50=float(np.median(a)),
               p90=float(np.percentile(a, 90)), max=float(a.max()),
               mean=float(a.mean()), n=len(a))
+
+
+def report(benchmark: Callable[[], dict], format_report: Callable[[dict], str],
+           json_path: str = "") -> None:
+  """A benchmark tool's ending: run `benchmark()`, print its report and,
+  given `json_path`, write the result there as JSON for a later
+  comparison. A config or file the benchmark refuses (ValueError,
+  FileNotFoundError) is one `error: ...` line and exit 1: the user's to
+  fix, so no traceback."""
+  try:
+    result = benchmark()
+  except (ValueError, FileNotFoundError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(1)
+  print(format_report(result))
+  if json_path:
+    with open(json_path, "w") as f:
+      json.dump(result, f, indent=1)
 
 
 # ==============================================================================
@@ -183,20 +203,38 @@ class Ours(Side):
 # ==============================================================================
 # A fine-tuning task's own batches.
 # ==============================================================================
+class FinetuningTask(NamedTuple):
+  """What a fine-tuning run reads before it builds its batches."""
+  source: pretrained.Source  # train.init_from, resolved.
+  kind: Any  # tasks.Kind
+  task: Any  # The kind's task spec.
+  train_rows: Any
+  eval_rows: dict  # {eval split: rows}
+  tokenizer: Any  # The source's.
+
+
+def read_finetuning_task(config) -> FinetuningTask:
+  """The task `config` names (task.*) and train.init_from's tokenizer, read
+  as the fine-tuning run reads them, writing nothing (no label map)."""
+  source = pretrained.resolve(config.train.init_from,
+                              config.train.init_from_step or None)
+  spec = pretrained.tokenizer_spec(source)
+  kind = finetuning.task_kind(config)
+  task, train_rows, eval_rows = finetuning.read_task(config, "")
+  tok = tokenizers.load(spec.path, spec.kind, spec.lower_case)
+  return FinetuningTask(source, kind, task, train_rows, eval_rows, tok)
+
+
 def task_batches(config, num: int):
   """(the run's config, `num` training batches of one shape) of the
   fine-tuning task `config` names (task.*, train.init_from: its
   tokenizer and architecture; data.packing: packed rows), as the
   fine-tuning run builds them (the task kind's input). Bucketed batches
   keep the most common bucket's."""
-  source = pretrained.resolve(config.train.init_from,
-                              config.train.init_from_step or None)
-  spec_t = pretrained.tokenizer_spec(source)
-  kind = finetuning.task_kind(config)
-  task, train, _ = finetuning.read_task(config, "")  # Writes nothing.
-  tok = tokenizers.load(spec_t.path, spec_t.kind, spec_t.lower_case)
-  inputs = kind.make_input(config, tok, task, train, {})
-  config = finetuning.resolve_config(config, source, task, inputs.num_train)
+  t = read_finetuning_task(config)
+  inputs = t.kind.make_input(config, t.tokenizer, t.task, t.train_rows, {})
+  config = finetuning.resolve_config(config, t.source, t.task,
+                                     inputs.num_train)
   batches = [next(inputs.train_iter) for _ in range(4 * num)]
   shapes = [b["input_ids"].shape for b in batches]
   common = max(set(shapes), key=shapes.count)

@@ -34,9 +34,7 @@ Reports the medians and ratios; nothing is written but the report (and
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 import tempfile
 import time
 
@@ -239,17 +237,11 @@ def format_report(r: dict) -> str:
 
 def main(argv):
   del argv
-  try:
-    result = benchmark(FLAGS.config, FLAGS.rounds, FLAGS.steps, FLAGS.warmup,
-                       FLAGS.encode_sentences, FLAGS.chunk,
-                       FLAGS.torch_threads)
-  except (ValueError, FileNotFoundError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(1)
-  print(format_report(result))
-  if FLAGS.json:
-    with open(FLAGS.json, "w") as f:
-      json.dump(result, f, indent=1)
+  benchmarking.report(
+      lambda: benchmark(FLAGS.config, FLAGS.rounds, FLAGS.steps, FLAGS.warmup,
+                        FLAGS.encode_sentences, FLAGS.chunk,
+                        FLAGS.torch_threads),
+      format_report, FLAGS.json)
 
 
 if __name__ == "__main__":

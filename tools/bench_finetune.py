@@ -46,9 +46,7 @@ the median step time. No accuracy is measured here.
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 import time
 
 import numpy as np
@@ -404,15 +402,9 @@ def benchmark(config, rounds: int, steps: int, warmup: int,
   if torch_threads:
     import torch
     torch.set_num_threads(torch_threads)
-  from bert_jax import pretrained
   from bert_jax.data import task_data
-  from bert_jax.data import tokenizers
-  source = pretrained.resolve(config.train.init_from,
-                              config.train.init_from_step or None)
-  spec_t = pretrained.tokenizer_spec(source)
-  kind = finetuning.task_kind(config)
-  spec, train_rows, eval_rows = finetuning.read_task(config, "")  # No file.
-  tok = tokenizers.load(spec_t.path, spec_t.kind, spec_t.lower_case)
+  source, kind, spec, train_rows, eval_rows, tok = (
+      benchmarking.read_finetuning_task(config))
   pad_id = 0 if tok.pad_id is None else int(tok.pad_id)
   b = config.train.batch_size
   config = config.copy_and_resolve_references()
@@ -502,17 +494,11 @@ def format_report(r: dict) -> str:
 
 def main(argv):
   del argv
-  try:
-    result = benchmark(FLAGS.config, FLAGS.rounds, FLAGS.steps, FLAGS.warmup,
-                       FLAGS.torch_threads, FLAGS.packed,
-                       FLAGS.packed_batch_size, FLAGS.predict)
-  except (ValueError, FileNotFoundError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(1)
-  print(format_report(result))
-  if FLAGS.json:
-    with open(FLAGS.json, "w") as f:
-      json.dump(result, f, indent=1)
+  benchmarking.report(
+      lambda: benchmark(FLAGS.config, FLAGS.rounds, FLAGS.steps, FLAGS.warmup,
+                        FLAGS.torch_threads, FLAGS.packed,
+                        FLAGS.packed_batch_size, FLAGS.predict),
+      format_report, FLAGS.json)
 
 
 if __name__ == "__main__":

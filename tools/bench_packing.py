@@ -25,9 +25,7 @@ packed / padded real tokens/s. max_predictions_per_seq is
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 
 import jax
 import numpy as np
@@ -188,17 +186,12 @@ def format_report(r: dict) -> str:
 
 def main(argv):
   del argv
-  try:
-    result = benchmark(FLAGS.config, [int(s) for s in FLAGS.seq_lengths],
-                       FLAGS.predictions_per_token, FLAGS.batches,
-                       FLAGS.rounds, FLAGS.steps, FLAGS.warmup, FLAGS.workdir)
-  except (ValueError, FileNotFoundError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(1)
-  print(format_report(result))
-  if FLAGS.json:
-    with open(FLAGS.json, "w") as f:
-      json.dump(result, f, indent=1)
+  benchmarking.report(
+      lambda: benchmark(FLAGS.config, [int(s) for s in FLAGS.seq_lengths],
+                        FLAGS.predictions_per_token, FLAGS.batches,
+                        FLAGS.rounds, FLAGS.steps, FLAGS.warmup,
+                        FLAGS.workdir),
+      format_report, FLAGS.json)
 
 
 if __name__ == "__main__":

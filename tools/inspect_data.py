@@ -26,6 +26,7 @@ from bert_jax.data import features
 from bert_jax.data import pipeline
 from bert_jax.data import tokenizers
 from bert_jax.data import iterator
+from bert_jax.data import masking
 from bert_jax.data import sources as data_sources
 from bert_jax.training import config_checks
 from bert_jax.training import phases as phases_lib
@@ -45,16 +46,8 @@ def define_flags(flag_values, argv=None) -> None:
                        "the run's data fields).", **define)
 
 
-def original_ids(batch):
-  ids = batch["input_ids"].copy()
-  rows, cols = np.nonzero(batch["masked_lm_weights"] > 0)
-  ids[rows, batch["masked_lm_positions"][rows, cols]] = (
-      batch["masked_lm_ids"][rows, cols])
-  return ids
-
-
 def show(tok, batch, r):
-  orig = original_ids(batch)[r]
+  orig = masking.unmasked_ids(batch)[r]
   cur = batch["input_ids"][r]
   sel = set(batch["masked_lm_positions"][r][batch["masked_lm_weights"][r] > 0]
             .tolist())
@@ -92,7 +85,7 @@ def mask_rate(tok, batches) -> float:
   special = np.zeros(max(tok.vocab_size, 1), bool)
   special[[i for i in tok.special_ids if 0 <= i < tok.vocab_size]] = True
   masked = sum(float(b["masked_lm_weights"].sum()) for b in batches)
-  maskable = sum(int(((b["input_mask"] > 0) & ~special[original_ids(b)])
+  maskable = sum(int(((b["input_mask"] > 0) & ~special[masking.unmasked_ids(b)])
                      .sum()) for b in batches)
   return masked / max(maskable, 1)
 
@@ -140,7 +133,7 @@ def main(argv):
   if flags.FLAGS.save:
     arrays = {k: np.concatenate([b[k] for b in batches])
               for k in features.pretraining_spec(config.data)}
-    orig = np.concatenate([original_ids(b) for b in batches])
+    orig = np.concatenate([masking.unmasked_ids(b) for b in batches])
     arrays["word_start"] = tok.word_start[orig] & (arrays["input_mask"] > 0)
     arrays.update(vocab_size=np.int32(tok.vocab_size),
                   cls_token_id=np.int32(tok.cls_id),

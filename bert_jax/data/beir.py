@@ -17,8 +17,9 @@ the file and line. The corpus is read twice and streamed
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
+
+from bert_jax.data import task_sources
 
 CORPUS, QUERIES, QRELS_DIR = "corpus.jsonl", "queries.jsonl", "qrels"
 
@@ -39,31 +40,19 @@ class Retrieval:
 
 
 def _open(path: str):
-  """A local file, or a tf.io.gfile path (gs://: TensorFlow only then)."""
-  if "://" in path:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top  (gs://)
-    exists, opener = tf.io.gfile.exists, tf.io.gfile.GFile
-  else:
-    exists, opener = os.path.isfile, open
-  if not exists(path):
-    raise FileNotFoundError(
-        f"{path} does not exist (a BEIR directory holds {CORPUS}, "
-        f"{QUERIES} and {QRELS_DIR}/<split>.tsv).")
-  return opener(path, "rb")
+  """A BEIR file; a missing one is named with what the directory holds."""
+  return task_sources.open_file(
+      path, f"a BEIR directory holds {CORPUS}, {QUERIES} and "
+      f"{QRELS_DIR}/<split>.tsv")
 
 
 def _jsonl(path: str):
   """(line number, object) per non-blank line; ValueError naming the line
   for anything that is not an object with a string "_id"."""
   with _open(path) as f:
-    for n, raw in enumerate(f, 1):
-      line = raw.decode("utf-8-sig" if n == 1 else "utf-8")
-      if not line.strip():
-        continue
-      try:
-        obj = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{n}: not a JSON object ({e}).") from None
+    lines = (raw.decode("utf-8-sig" if n == 0 else "utf-8")
+             for n, raw in enumerate(f))
+    for n, obj in task_sources.json_lines(path, lines):
       if not isinstance(obj, dict) or "_id" not in obj:
         raise ValueError(f"{path}:{n}: not an object with an \"_id\".")
       yield n, obj

@@ -18,8 +18,9 @@ every batch comes from one bucket, so XLA compiles once per bucket.
   fixed); the state (epoch, position, part-filled buckets) is a small JSON
   file saved with every checkpoint, so a resumed run continues the same
   stream exactly (:func:`save_state` / :func:`load_state`, shared with
-  ``feature_packing``'s packed rows). No TensorFlow constant holds the
-  features.
+  ``feature_packing``'s packed rows and ``pair_batches``' pairs, as are
+  :func:`host_slice` and :class:`HostShareIterator`). No TensorFlow
+  constant holds the features.
 * :func:`eval_batches`: every feature once, in order within its bucket; the
   last batch of a bucket is filled with rows of weight 0 and
   ``example_index`` -1 (``example_index`` is the feature's row).
@@ -149,27 +150,30 @@ def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
   return rs.permutation(n)
 
 
-def save_state(directory: str, process_index: int, state: dict) -> str:
-  """A training iterator's JSON state, in directory/process_<i>/."""
+def save_state(directory: str, process_index: int, state: dict,
+               file_name: str = STATE_FILE) -> str:
+  """A training iterator's JSON state, in directory/process_<i>/
+  (`file_name`: each kind of iterator keeps its own file, so a checkpoint
+  of one is never read as the other's)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   d = os.path.join(directory, f"process_{process_index}")
   tf.io.gfile.makedirs(d)
-  path = os.path.join(d, STATE_FILE)
+  path = os.path.join(d, file_name)
   with tf.io.gfile.GFile(path, "w") as f:
     json.dump(state, f)
   return path
 
 
 def load_state(directory: str, process_index: int, mine: dict,
-               keys: Sequence[str]) -> dict:
+               keys: Sequence[str], file_name: str = STATE_FILE) -> dict:
   """The state :func:`save_state` wrote, refused when one of `keys`
   differs from this iterator's (`mine`): another task, seed or batch
   shape (a state written without the key, by the other layout, shows as
   None)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  path = os.path.join(directory, f"process_{process_index}", STATE_FILE)
+  path = os.path.join(directory, f"process_{process_index}", file_name)
   if not tf.io.gfile.exists(path):
-    raise ValueError(f"No feature-iterator state at {path}.")
+    raise ValueError(f"No training-iterator state at {path}.")
   with tf.io.gfile.GFile(path) as f:
     state = json.load(f)
   for key in keys:
@@ -182,7 +186,20 @@ def load_state(directory: str, process_index: int, mine: dict,
   return state
 
 
-class FeatureIterator:
+class HostShareIterator:
+  """The trainer's count of a training iterator that hands this host its
+  share of every global batch: each batch it counted (``_batches``) was
+  ``batch_size`` examples over ``process_count`` hosts."""
+
+  @property
+  def examples_consumed(self) -> int:
+    return self._batches * self.batch_size // self.process_count
+
+  def batch_size_per_host(self) -> int:
+    return self.batch_size // self.process_count
+
+
+class FeatureIterator(HostShareIterator):
   """Endless shuffled training batches of this host's share of batch_size.
 
   Every epoch visits each feature once in a permutation drawn from (seed,
@@ -231,13 +248,6 @@ class FeatureIterator:
         self._batches += 1
         batch = self.features.rows(idx, self.lengths[b], self.pad_id)
         return host_slice(batch, self.process_index, self.process_count)
-
-  @property
-  def examples_consumed(self) -> int:
-    return self._batches * self.batch_size // self.process_count
-
-  def batch_size_per_host(self) -> int:
-    return self.batch_size // self.process_count
 
   def _state(self) -> dict:
     return dict(epoch=self._epoch, position=self._pos,

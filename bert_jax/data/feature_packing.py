@@ -159,7 +159,7 @@ def rows_per_epoch(features: feature_batches.Features, shape: Shape) -> int:
              for lo in range(0, n, shape.window))
 
 
-class PackedFeatureIterator:
+class PackedFeatureIterator(feature_batches.HostShareIterator):
   """Endless packed training batches of this host's share of batch_size
   rows. Every epoch visits each feature once (a permutation drawn from
   (seed, epoch)); ``save``/``restore`` keep the exact position."""
@@ -207,13 +207,6 @@ class PackedFeatureIterator:
     del batch[INDEX]  # Training batches hold the model's features only.
     return feature_batches.host_slice(batch, self.process_index,
                                       self.process_count)
-
-  @property
-  def examples_consumed(self) -> int:
-    return self._batches * self.batch_size // self.process_count
-
-  def batch_size_per_host(self) -> int:
-    return self.batch_size // self.process_count
 
   def _state(self) -> dict:
     return dict(epoch=self._epoch, position=self._pos, window=self._window,

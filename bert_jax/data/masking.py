@@ -218,3 +218,14 @@ class Masker:
                            batch_dims=1)
     return tf.gather(span_taken, span_id, batch_dims=1) & ok, span_id
 
+
+def unmasked_ids(batch: dict) -> np.ndarray:
+  """A host batch's input_ids [B, T] as they were before masking: each
+  weighted masked position gets its original id (masked_lm_ids) back. What
+  a reader of batches needs to see which tokens a row really holds (its
+  special tokens, its source's words), whatever replaced them."""
+  ids = batch["input_ids"].copy()
+  rows, cols = np.nonzero(batch["masked_lm_weights"] > 0)
+  ids[rows, batch["masked_lm_positions"][rows, cols]] = (
+      batch["masked_lm_ids"][rows, cols])
+  return ids

@@ -26,13 +26,13 @@ slice, as ``feature_batches``.
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 from typing import Callable, Sequence
 
 import numpy as np
 
-INDEX = "example_index"
+from bert_jax.data import feature_batches
+
+INDEX = feature_batches.INDEX
 STATE_FILE = "pair_iterator.json"
 
 
@@ -96,19 +96,7 @@ def rows(texts: Texts, index: np.ndarray, length: int, pad_id: int = 0
               text_ids=index.astype(np.int32))
 
 
-def _host_slice(batch: dict, process_index: int, process_count: int) -> dict:
-  per = len(batch["input_ids"]) // process_count
-  return {k: v[process_index * per:(process_index + 1) * per]
-          for k, v in batch.items()}
-
-
-def _check_split(batch_size: int, process_count: int) -> None:
-  if batch_size % process_count:
-    raise ValueError(f"train.batch_size={batch_size} is not divisible by "
-                     f"the process count {process_count}.")
-
-
-class PairIterator:
+class PairIterator(feature_batches.HostShareIterator):
   """Endless shuffled training batches (this host's share of batch_size):
   each epoch visits every example once, in a permutation drawn from (seed,
   epoch); a batch that would cross an epoch ends it and the next starts
@@ -118,7 +106,7 @@ class PairIterator:
                *, batch_size: int, seed: int, lengths: Sequence[int],
                pad_id: int = 0, process_index: int = 0,
                process_count: int = 1):
-    _check_split(batch_size, process_count)
+    feature_batches.check_split(batch_size, process_count)
     if len(index) < batch_size:
       raise ValueError(f"train.batch_size={batch_size} is larger than the "
                        f"{len(index)} training examples.")
@@ -151,14 +139,8 @@ class PairIterator:
     batch = rows(self.texts, chosen, length, self.pad_id)
     batch.update(scores=self.scores[idx].astype(np.float32),
                  example_weights=np.ones(len(idx), np.float32))
-    return _host_slice(batch, self.process_index, self.process_count)
-
-  @property
-  def examples_consumed(self) -> int:
-    return self._batches * self.batch_size // self.process_count
-
-  def batch_size_per_host(self) -> int:
-    return self.batch_size // self.process_count
+    return feature_batches.host_slice(batch, self.process_index,
+                                      self.process_count)
 
   def _state(self) -> dict:
     return dict(epoch=self._epoch, position=self._pos, batches=self._batches,
@@ -166,30 +148,13 @@ class PairIterator:
                 batch_size=self.batch_size, lengths=list(self.lengths))
 
   def save(self, directory: str) -> str:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top  (gs://)
-    d = os.path.join(directory, f"process_{self.process_index}")
-    tf.io.gfile.makedirs(d)
-    path = os.path.join(d, STATE_FILE)
-    with tf.io.gfile.GFile(path, "w") as f:
-      json.dump(self._state(), f)
-    return path
+    return feature_batches.save_state(directory, self.process_index,
+                                      self._state(), STATE_FILE)
 
   def restore(self, directory: str) -> None:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top  (gs://)
-    path = os.path.join(directory, f"process_{self.process_index}",
-                        STATE_FILE)
-    if not tf.io.gfile.exists(path):
-      raise ValueError(f"No pair-iterator state at {path}.")
-    with tf.io.gfile.GFile(path) as f:
-      state = json.load(f)
-    mine = self._state()
-    for key in ("num_examples", "seed", "batch_size", "lengths"):
-      if state[key] != mine[key]:
-        raise ValueError(
-            f"The checkpoint's data position is for {key}={state[key]}, "
-            f"this run has {mine[key]}: resume with the same task data, "
-            "seed, batch_size, seq_length and buckets, or use a fresh "
-            "workdir.")
+    state = feature_batches.load_state(
+        directory, self.process_index, self._state(),
+        ("num_examples", "seed", "batch_size", "lengths"), STATE_FILE)
     self._epoch, self._pos = int(state["epoch"]), int(state["position"])
     self._batches = int(state["batches"])
     self._order = self._permutation(self._epoch)
@@ -199,7 +164,7 @@ def _eval_batches(texts: Texts, index: np.ndarray, scores: np.ndarray,
                   weights: np.ndarray, *, batch_size: int,
                   lengths: Sequence[int], pad_id: int, process_index: int,
                   process_count: int) -> list[dict]:
-  _check_split(batch_size, process_count)
+  feature_batches.check_split(batch_size, process_count)
   longest = np.max(np.where(index >= 0, texts.lengths[np.maximum(index, 0)],
                             0), axis=1)
   order = np.argsort(longest, kind="stable")
@@ -215,7 +180,8 @@ def _eval_batches(texts: Texts, index: np.ndarray, scores: np.ndarray,
                  example_weights=np.r_[weights[idx],
                                        np.zeros(fill)].astype(np.float32))
     batch[INDEX] = chosen.astype(np.int32)
-    out.append(_host_slice(batch, process_index, process_count))
+    out.append(feature_batches.host_slice(batch, process_index,
+                                          process_count))
   return out
 
 

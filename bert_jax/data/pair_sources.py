@@ -20,8 +20,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import json
-import os
 from typing import Sequence
 
 import numpy as np
@@ -51,15 +49,7 @@ class PairRows:
 
 
 def _read_text(path: str) -> str:
-  """A local file, or a tf.io.gfile path (gs://: TensorFlow only then)."""
-  if "://" in path:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top  (gs://)
-    exists, opener = tf.io.gfile.exists, tf.io.gfile.GFile
-  else:
-    exists, opener = os.path.isfile, open
-  if not exists(path):
-    raise FileNotFoundError(f"{path} does not exist.")
-  with opener(path, "rb") as f:
+  with task_sources.open_file(path) as f:
     return f.read().decode("utf-8-sig")  # Excel writes a BOM.
 
 
@@ -69,13 +59,8 @@ def _records(path: str, fields: Sequence[str]):
   text = _read_text(path)
   fmt = task_sources.file_format(path)
   if fmt == "jsonl":
-    for n, line in enumerate(text.split("\n"), 1):  # not splitlines: U+2028
-      if not line.strip():
-        continue
-      try:
-        obj = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{n}: not a JSON object ({e}).") from None
+    # Lines split at "\n" only, not splitlines: U+2028 is text.
+    for n, obj in task_sources.json_lines(path, text.split("\n")):
       if not isinstance(obj, dict):
         raise ValueError(f"{path}:{n}: not a JSON object.")
       missing = [k for k in fields if k not in obj]

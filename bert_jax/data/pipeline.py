@@ -53,7 +53,6 @@ except (RuntimeError, ValueError):  # already initialized
   pass
 # Autograph adds seconds of tracing per function and none of this code needs it.
 _nc = tf.autograph.experimental.do_not_convert
-_MAX_EPOCHS = 1 << 40
 
 
 # -----------------------------------------------------------------------------
@@ -177,30 +176,16 @@ def _source_examples(source: data_sources.Source, builders,
   if by_file:
     files = files[process_index::process_count]
   keys = [data_sources.file_key(f) for f in files]
-  files_t = tf.constant(files)
-  keys_t = tf.constant(keys, tf.int64)
-  file_seed = tf.constant(seed)
-  cycle = max(1, min(int(data.get("cycle_length", 8)), len(files)))
 
   def one_file(path, key, epoch):
     lines = tf.data.TextLineDataset(path).concatenate(
         tf.data.Dataset.from_tensors(tf.constant("")))
     return blocks_to_examples(lines, key, epoch)
 
-  def one_epoch(epoch):
-    perm = tf.random.experimental.stateless_shuffle(
-        tf.range(len(files)), _fold(file_seed, 7, epoch))
-    ds = tf.data.Dataset.from_tensor_slices(
-        (tf.gather(files_t, perm), tf.gather(keys_t, perm)))
-    ds = ds.interleave(_nc(lambda f, k: one_file(f, k, epoch)),
-                       cycle_length=cycle,
-                       block_length=1, num_parallel_calls=AUTOTUNE,
-                       deterministic=True)
-    if not by_file and process_count > 1:
-      ds = ds.shard(process_count, process_index)
-    return ds
-
-  return tf.data.Dataset.range(epochs or _MAX_EPOCHS).flat_map(_nc(one_epoch))
+  return shard_source.files_order(
+      (tf.constant(files), tf.constant(keys, tf.int64)), one_file,
+      by_file=by_file, seed=seed, data=data, process_index=process_index,
+      process_count=process_count, epochs=epochs)
 
 
 def example_dataset(config, tok, plan: data_sources.SourcePlan,

@@ -147,8 +147,8 @@ def examples(directory: str, builder, data, seed: np.ndarray,
                    seed=_fold(seed, key, epoch, block))
 
   if data.get("shard_order", "global") == "files":
-    return _files_order(manifest, build, keys_t, counts_t, data, seed,
-                        process_index, process_count, epochs)
+    return _shards_in_files_order(manifest, build, keys_t, counts_t, data,
+                                  seed, process_index, process_count, epochs)
   total = int(blocks.counts.sum())
   ends = tf.constant(np.cumsum(blocks.counts))
 
@@ -167,31 +167,50 @@ def examples(directory: str, builder, data, seed: np.ndarray,
   return tf.data.Dataset.range(epochs or _MAX_EPOCHS).flat_map(_nc(one_epoch))
 
 
-def _files_order(manifest, build, keys_t, counts_t, data, seed,
-                 process_index, process_count, epochs):
-  """The text pipeline's order over the shards (``pipeline._source_examples``
-  on their source files)."""
+def _shards_in_files_order(manifest, build, keys_t, counts_t, data, seed,
+                           process_index, process_count, epochs):
+  """The text pipeline's order over the shards (:func:`files_order`, as
+  ``pipeline._source_examples`` reads their source files)."""
   order = sorted(range(len(manifest.shards)),
                  key=lambda i: manifest.shards[i].source)
   by_file = len(order) >= process_count
   if by_file:
     order = order[process_index::process_count]
-  order_t = tf.constant(order, tf.int64)
-  file_seed = tf.constant(seed)
-  cycle = max(1, min(int(data.get("cycle_length", 8)), len(order)))
 
   def one_file(shard, epoch):
     return tf.data.Dataset.range(counts_t[shard]).map(
         _nc(lambda b: build(shard, b, keys_t[shard], epoch)),
         num_parallel_calls=AUTOTUNE, deterministic=True).unbatch()
 
+  return files_order((tf.constant(order, tf.int64),), one_file,
+                     by_file=by_file, seed=seed, data=data,
+                     process_index=process_index,
+                     process_count=process_count, epochs=epochs)
+
+
+def files_order(items: tuple, one_file, *, by_file: bool, seed, data,
+                process_index: int, process_count: int, epochs
+                ) -> tf.data.Dataset:
+  """Examples of source files in the text pipeline's order, one rule for
+  the text files and for their shards ("files" order), so that a run from
+  either sees the same batches: every epoch the files in a stateless
+  shuffle keyed by (seed, epoch), data.cycle_length of them read at once,
+  an example of each in turn. `items`: [N] tensors, one entry a file;
+  `one_file(*entries, epoch)`: its examples. When `by_file` the items are
+  this host's files; else every host reads them all and keeps every
+  process_count-th example."""
+  n = int(items[0].shape[0])
+  file_seed = tf.constant(seed)
+  cycle = max(1, min(int(data.get("cycle_length", 8)), n))
+
   def one_epoch(epoch):
     perm = tf.random.experimental.stateless_shuffle(
-        tf.range(len(order)), _fold(file_seed, 7, epoch))
-    ds = tf.data.Dataset.from_tensor_slices(tf.gather(order_t, perm))
-    ds = ds.interleave(_nc(lambda s: one_file(s, epoch)), cycle_length=cycle,
-                       block_length=1, num_parallel_calls=AUTOTUNE,
-                       deterministic=True)
+        tf.range(n), _fold(file_seed, 7, epoch))
+    ds = tf.data.Dataset.from_tensor_slices(
+        tuple(tf.gather(t, perm) for t in items))
+    ds = ds.interleave(_nc(lambda *file: one_file(*file, epoch)),
+                       cycle_length=cycle, block_length=1,
+                       num_parallel_calls=AUTOTUNE, deterministic=True)
     if not by_file and process_count > 1:
       ds = ds.shard(process_count, process_index)
     return ds

@@ -23,7 +23,7 @@ import dataclasses
 import io
 import json
 import os
-from typing import Optional, Sequence
+from typing import IO, Optional, Sequence
 
 import numpy as np
 from absl import logging
@@ -164,6 +164,36 @@ def read_glue(spec: TaskSpec, split: str, data_dir: str) -> Rows:
 
 BAD_COUNTERS = ("bad_lines", "wrong_column_count", "missing_text",
                 "missing_label", "unknown_label")
+
+
+def open_file(path: str, hint: str = "") -> IO[bytes]:
+  """`path` opened to read bytes: a local file, or a tf.io.gfile path
+  (gs://), so TensorFlow is imported only for a remote one.
+  FileNotFoundError naming the path (and `hint`, what the file should be)
+  when there is none."""
+  if "://" in path:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top  (gs://)
+    exists, opener = tf.io.gfile.exists, tf.io.gfile.GFile
+  else:
+    exists, opener = os.path.isfile, open
+  if not exists(path):
+    raise FileNotFoundError(f"{path} does not exist"
+                            + (f" ({hint})." if hint else "."))
+  return opener(path, "rb")
+
+
+def json_lines(path: str, lines):
+  """(line number from 1, parsed value) of each non-blank line of the
+  JSONL file `path`; ValueError naming the file and line for one that is
+  not JSON."""
+  for n, line in enumerate(lines, 1):
+    if not line.strip():
+      continue
+    try:
+      obj = json.loads(line)
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{path}:{n}: not a JSON object ({e}).") from None
+    yield n, obj
 
 
 def file_format(path: str, fmt: str = "") -> str:

@@ -45,6 +45,28 @@ def mlm_sums(mlm_logits, batch) -> dict:
               mlm_weight=jnp.sum(w))
 
 
+def mlm_counts(batch, config) -> dict:
+  """The global masked count of an objective trained on masked LM alone
+  (RoBERTa, ModernBERT): no sentence-pair head to count."""
+  del config
+  return dict(mlm_weight=jnp.sum(batch["masked_lm_weights"]))
+
+
+def mlm_loss(sums, counts_, config):
+  """MLM sum / global masked count, the whole loss of a masked-LM-alone
+  objective."""
+  del config
+  return safe_div(sums["mlm_loss"], counts_["mlm_weight"])
+
+
+def mlm_metrics(sums, counts_, config) -> dict:
+  """A masked-LM-alone objective's metrics: its loss is its MLM loss."""
+  value = mlm_loss(sums, counts_, config)
+  return dict(loss=value, mlm_loss=value,
+              mlm_accuracy=safe_div(sums["mlm_correct"],
+                                    counts_["mlm_weight"]))
+
+
 def pair_weights(batch):
   """1 per sentence pair ([B], or [B,S] packed with 0 in empty slots)."""
   if "next_sentence_weights" in batch:

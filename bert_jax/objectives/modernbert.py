@@ -15,7 +15,6 @@ head, as Hugging Face does from a ModernBertForMaskedLM
 
 from __future__ import annotations
 
-import jax.numpy as jnp
 from flax import nnx
 
 from bert_jax import config_lib
@@ -26,7 +25,6 @@ from bert_jax.models import modernbert
 from bert_jax.objectives import Objective
 from bert_jax.objectives import bert
 from bert_jax.objectives import check_packed_input
-from bert_jax.objectives import safe_div
 
 # Hugging Face ModernBertConfig's sizes (answerdotai/ModernBERT-base, -large).
 SIZES = {"base": dict(hidden_size=768, num_hidden_layers=22,
@@ -76,10 +74,6 @@ def make_model(config, rngs):
   return modernbert.ModernBertForMaskedLM(config.model, rngs=rngs)
 
 
-def feature_spec(config):
-  return features.pretraining_spec(config.data)
-
-
 def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
   """Packed rows (data.packing) add their sequence and position ids: each
   document attends only to itself, RoPE positions restart per document."""
@@ -91,23 +85,6 @@ def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
   return bert.mlm_sums(out["mlm_logits"], batch)
 
 
-def counts(batch, config) -> dict:
-  del config
-  return dict(mlm_weight=jnp.sum(batch["masked_lm_weights"]))
-
-
-def loss(sums, counts_, config):
-  del config
-  return safe_div(sums["mlm_loss"], counts_["mlm_weight"])
-
-
-def metrics(sums, counts_, config) -> dict:
-  value = loss(sums, counts_, config)
-  return dict(loss=value, mlm_loss=value,
-              mlm_accuracy=safe_div(sums["mlm_correct"],
-                                    counts_["mlm_weight"]))
-
-
 def validate(config) -> None:
   """The pretraining pipeline's checks; no sentence-pair head: NSP / SOP
   batches are refused."""
@@ -117,7 +94,8 @@ def validate(config) -> None:
 
 
 OBJECTIVE = Objective(
-    name="modernbert", make_model=make_model, feature_spec=feature_spec,
-    loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
+    name="modernbert", make_model=make_model, feature_spec=bert.feature_spec,
+    loss_sums=loss_sums, counts=bert.mlm_counts, loss=bert.mlm_loss,
+    metrics=bert.mlm_metrics,
     log_keys=(("loss", "loss"), ("mlm_acc", "mlm_accuracy")),
     flops=flops_lib.modernbert_flops, validate=validate, packing=True)

@@ -16,19 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax.numpy as jnp
-from flax import nnx
-
 from bert_jax import config_lib
 from bert_jax.data import checks as data_checks
-from bert_jax.data import features
 from bert_jax.models import bert as bert_model
 from bert_jax.models import flops as flops_lib
 from bert_jax.models import roberta
 from bert_jax.objectives import Objective
 from bert_jax.objectives import bert
 from bert_jax.objectives import check_packed_input
-from bert_jax.objectives import safe_div
 
 
 # Hugging Face RobertaConfig / XLMRobertaConfig of the released models.
@@ -73,37 +68,13 @@ def make_model(config, rngs):
   return roberta.RobertaForMaskedLM(config.model, rngs=rngs)
 
 
-def feature_spec(config):
-  return features.pretraining_spec(config.data)
-
-
 def loss_sums(model, batch, rng, deterministic: bool, config) -> dict:
   """Packed rows (data.packing) add their sequence and position ids: each
   document attends only to itself, its positions restart after the
-  padding id."""
+  padding id. The model takes BERT's inputs, so BERT's forward call."""
   del config
-  rngs = None if deterministic else nnx.Rngs(dropout=rng)
-  out = model(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
-              batch["masked_lm_positions"], deterministic=deterministic,
-              rngs=rngs, **features.packed_inputs(batch))
+  out = bert.forward(model, batch, rng, deterministic)
   return bert.mlm_sums(out["mlm_logits"], batch)
-
-
-def counts(batch, config) -> dict:
-  del config
-  return dict(mlm_weight=jnp.sum(batch["masked_lm_weights"]))
-
-
-def loss(sums, counts_, config):
-  del config
-  return safe_div(sums["mlm_loss"], counts_["mlm_weight"])
-
-
-def metrics(sums, counts_, config) -> dict:
-  value = loss(sums, counts_, config)
-  return dict(loss=value, mlm_loss=value,
-              mlm_accuracy=safe_div(sums["mlm_correct"],
-                                    counts_["mlm_weight"]))
 
 
 def validator(title: str):
@@ -120,8 +91,9 @@ def validator(title: str):
 
 
 OBJECTIVE = Objective(
-    name="roberta", make_model=make_model, feature_spec=feature_spec,
-    loss_sums=loss_sums, counts=counts, loss=loss, metrics=metrics,
+    name="roberta", make_model=make_model, feature_spec=bert.feature_spec,
+    loss_sums=loss_sums, counts=bert.mlm_counts, loss=bert.mlm_loss,
+    metrics=bert.mlm_metrics,
     log_keys=(("loss", "loss"), ("mlm_acc", "mlm_accuracy")),
     flops=flops_lib.bert_flops, validate=validator("RoBERTa"), packing=True)
 # XLM-R: the same objective under its family's name.

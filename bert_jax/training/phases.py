@@ -184,12 +184,9 @@ def resolve(config: ml_collections.ConfigDict) -> list[Phase]:
         raise ValueError(f"train.phases[{i}].{field}={spec[field]} must be "
                          "positive.")
     model = _as_dict(spec.get("model") or {})
-    bad = sorted(set(model) - set(config_lib.PHASE_MODEL_FIELDS))
-    if bad:
-      raise ValueError(
-          f"train.phases[{i}].model sets {bad}: a phase may change only "
-          f"{', '.join(config_lib.PHASE_MODEL_FIELDS)} (fields that keep the "
-          "parameters' shapes).")
+    _check_phase_fields(model, config_lib.PHASE_MODEL_FIELDS,
+                        f"train.phases[{i}].model",
+                        "fields that keep the parameters' shapes")
     tokens = {k: whole_number(spec.get(k, t.get(k, 0)), f"train.phases[{i}].{k}")
               for k in ("warmup_tokens", "decay_tokens")}
     if "batch_warmup" in spec:
@@ -217,6 +214,15 @@ def resolve(config: ml_collections.ConfigDict) -> list[Phase]:
   return out
 
 
+def _check_phase_fields(entry: dict, allowed, field: str, why: str) -> None:
+  """ValueError naming `field` when its `entry` sets what a phase may not
+  change: only the `allowed` fields, and `why` them."""
+  bad = sorted(set(entry) - set(allowed))
+  if bad:
+    raise ValueError(f"{field} sets {bad}: a phase may change only "
+                     f"{', '.join(allowed)} ({why}).")
+
+
 def _data_overrides(entry, data, field: str) -> tuple:
   """A phase's "data" entry as sorted (field, value) pairs, each value of
   its default's type; ValueError naming the field for anything else."""
@@ -224,12 +230,9 @@ def _data_overrides(entry, data, field: str) -> tuple:
   if not isinstance(entry, dict):
     raise ValueError(f"{field}={entry!r} must be a dict of data fields, e.g. "
                      "{'mask_rate': 0.3}.")
-  bad = sorted(set(entry) - set(config_lib.PHASE_DATA_FIELDS))
-  if bad:
-    raise ValueError(
-        f"{field} sets {bad}: a phase may change only "
-        f"{', '.join(config_lib.PHASE_DATA_FIELDS)} (not the features a "
-        "batch holds, the tokenizer or the held-out data).")
+  _check_phase_fields(entry, config_lib.PHASE_DATA_FIELDS, field,
+                      "not the features a batch holds, the tokenizer or the "
+                      "held-out data")
   out = {}
   for key, value in entry.items():
     default, name = data[key], f"{field}.{key}"

@@ -16,12 +16,12 @@ import pytest
 import tensorflow as tf
 
 from bert_jax import config_lib
-from bert_jax.data import features
 from bert_jax.data import masking
 from bert_jax.data import pipeline
 from bert_jax.data import sources as data_sources
 from bert_jax.data import tokenizers
 from bert_jax.training import config_checks
+from tests import helpers
 from tests.helpers import tokenizer_dirs
 
 transformers = pytest.importorskip("transformers")
@@ -149,16 +149,8 @@ def test_host_side_pipeline_resumes_exactly(made, tmp_path):
   c = config_for(made["byte_level_bpe"]["path"], train_glob, seq_length=64,
                  shuffle_buffer=32, whole_word_mask=True)
   c.train.batch_size = 8
-  it = pipeline.create_train_iterator(c, tok, str(tmp_path))
-  for _ in range(3):
-    next(it)
-  it.save(str(tmp_path / "ckpt"))
-  want = [next(it) for _ in range(3)]
-  it2 = pipeline.create_train_iterator(c, tok, str(tmp_path))
-  it2.restore(str(tmp_path / "ckpt"))
-  for w, g in zip(want, [next(it2) for _ in range(3)]):
-    for k in features.pretraining_spec(c.data):
-      np.testing.assert_array_equal(w[k], g[k])
+  helpers.assert_train_iterator_resumes_exactly(c, tok, tmp_path,
+                                                saved_after=3, compared=3)
 
 
 def test_a_tokenizer_without_a_mask_token_is_refused(made, tmp_path):

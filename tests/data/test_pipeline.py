@@ -17,10 +17,12 @@ from bert_jax import config_lib
 from bert_jax.data import demo_corpus
 from bert_jax.data import examples
 from bert_jax.data import features
+from bert_jax.data import masking
 from bert_jax.data import pipeline
 from bert_jax.data import sources as data_sources
 from bert_jax.data import tokenizers
 from bert_jax.training import config_checks
+from tests import helpers
 
 T = 32
 NUM_DOCS = 800
@@ -82,15 +84,6 @@ def make_config(files, tok_path="", kind="wordpiece", **data):
   if c.data.objective == "packed":
     c.data.nsp = False
   return c
-
-
-def unmasked(batch):
-  """input_ids with the masked positions restored to their original ids."""
-  ids = batch["input_ids"].copy()
-  for r in range(ids.shape[0]):
-    w = batch["masked_lm_weights"][r] > 0
-    ids[r, batch["masked_lm_positions"][r][w]] = batch["masked_lm_ids"][r][w]
-  return ids
 
 
 def one_epoch_examples(config, tok, workdir, pi=0, pc=1, mode="train"):
@@ -216,21 +209,11 @@ def test_save_restore_continues_identically(uniq, tmp_path):
   files = sorted(tf.io.gfile.glob(uniq["glob"]))
   c = make_config("", tok.path, whole_word_mask=True,
                   sources=f"{files[0]},{files[1]}@0.7;text:{files[2]}@0.3")
-  it = pipeline.create_train_iterator(c, tok, str(tmp_path))
-  for _ in range(5):
-    next(it)
-  it.save(str(tmp_path / "ckpt"))
+  restored = helpers.assert_train_iterator_resumes_exactly(
+      c, tok, tmp_path, saved_after=5, compared=6)
   assert os.path.isdir(tmp_path / "ckpt" / "process_0")
-  want = [next(it) for _ in range(6)]
-  it2 = pipeline.create_train_iterator(c, tok, str(tmp_path))
-  next(it2)  # advance, then restore must rewind to the saved state
-  it2.restore(str(tmp_path / "ckpt"))
-  got = [next(it2) for _ in range(6)]
-  for w, g in zip(want, got):
-    for k in features.PRETRAINING_NAMES:
-      np.testing.assert_array_equal(w[k], g[k])
   with pytest.raises(ValueError, match="No data iterator state"):
-    it2.restore(str(tmp_path / "nothing"))
+    restored.restore(str(tmp_path / "nothing"))
 
 
 @pytest.mark.slow
@@ -246,7 +229,9 @@ def test_eval_batches_identical_and_held_out(uniq, tmp_path):
     for k in features.PRETRAINING_NAMES:
       np.testing.assert_array_equal(a[k], b[k])
   doc_of = uniq["doc_of"]
-  eval_docs = {int(d) for b in e1 for d in doc_of[unmasked(b)[unmasked(b) >= uniq["first"]]]}
+  eval_ids = [masking.unmasked_ids(b) for b in e1]
+  eval_docs = {int(d) for ids in eval_ids
+               for d in doc_of[ids[ids >= uniq["first"]]]}
   train_rows = one_epoch_examples(c, tok, str(tmp_path))
   train_docs = {int(d) for r in train_rows for d in doc_of[np.array(r)[np.array(r) >= uniq["first"]]]}
   assert eval_docs and not eval_docs & train_docs

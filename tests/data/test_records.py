@@ -126,17 +126,8 @@ def test_jsonl_and_parquet_mixed_resume_exactly(corpus, tmp_path):
   tok = corpus["tok"]
   c = _config(f"jsonl:{corpus['dir'] / 'jsonl' / '*'}@0.6;"
               f"parquet:{corpus['dir'] / 'parquet' / '*'}@0.4")
-  it = pipeline.create_train_iterator(c, tok, str(tmp_path))
-  for _ in range(5):
-    next(it)
-  it.save(str(tmp_path / "ckpt"))
-  want = [next(it) for _ in range(6)]
-  again = pipeline.create_train_iterator(c, tok, str(tmp_path))
-  next(again)
-  again.restore(str(tmp_path / "ckpt"))
-  for w, g in zip(want, [next(again) for _ in range(6)]):
-    for k in features.PRETRAINING_NAMES:
-      np.testing.assert_array_equal(w[k], g[k])
+  helpers.assert_train_iterator_resumes_exactly(c, tok, tmp_path,
+                                                saved_after=5, compared=6)
 
 
 def _records_in(workdir) -> list[dict]:

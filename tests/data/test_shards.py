@@ -30,6 +30,7 @@ from bert_jax.data import sources as data_sources
 from bert_jax.data import tokenizers
 from bert_jax.hf import tokenizer_files
 from bert_jax.training import start_from
+from tests import helpers
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 NUM_DOCS, FILES, BLOCK_LINES = 3000, 4, 4
@@ -204,16 +205,8 @@ def test_permute_is_a_permutation(n):
 def test_saved_iterator_resumes_exactly(corpus, tmp_path):
   tok = tok_of(corpus)
   c = make_config(f"shards:{corpus['shards']}", corpus["vocab"])
-  it = pipeline.create_train_iterator(c, tok, str(tmp_path))
-  for _ in range(4):
-    next(it)
-  it.save(str(tmp_path / "ckpt"))
-  want = [next(it) for _ in range(4)]
-  it2 = pipeline.create_train_iterator(c, tok, str(tmp_path))
-  it2.restore(str(tmp_path / "ckpt"))
-  for a, b in zip(want, [next(it2) for _ in range(4)]):
-    for k in features.pretraining_spec(c.data):
-      np.testing.assert_array_equal(a[k], b[k])
+  helpers.assert_train_iterator_resumes_exactly(c, tok, tmp_path,
+                                                saved_after=4, compared=4)
 
 
 @pytest.mark.slow

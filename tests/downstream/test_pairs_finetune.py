@@ -14,8 +14,6 @@ with nothing to score, are one line before anything is written.
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 
 import numpy as np
@@ -146,30 +144,10 @@ def _flags(setup, workdir, steps):
 @pytest.mark.slow
 def test_a_killed_run_resumes_exactly(setup):
   workdir = os.path.join(setup["base"], "killed")
-  env = helpers.child_env()
-
-  def start():
-    log = open(f"{workdir}.log", "a")
-    return subprocess.Popen(
-        [sys.executable, "-m", "bert_jax.finetune",
-         *_flags(setup, workdir, 14)], cwd=helpers.REPO, env=env,
-        stdout=log, stderr=subprocess.STDOUT, text=True)
-
-  proc = start()
-  helpers.wait_for_step(proc, workdir, 7)
-  proc.send_signal(signal.SIGKILL)
-  assert proc.wait(timeout=60) == -signal.SIGKILL
-  killed = {r["step"]: r for r in helpers.train_records(workdir)}
-  assert max(killed) < 10, "killed too late to test resume"
-  proc = start()
-  assert proc.wait(timeout=900) == 0, helpers.run_log(workdir)[-3000:]
-  assert "Resumed from checkpoint step 5" in helpers.run_log(workdir)
-  resumed = helpers.train_records(workdir)[len(killed):]
-  assert [r["step"] for r in resumed] == list(range(6, 15))
-  redone = [r for r in resumed if r["step"] in killed]
-  assert len(redone) >= 2
-  for r in redone:
-    assert r["loss"] == killed[r["step"]]["loss"], r["step"]
+  helpers.assert_resumes_exactly_after_kill9(
+      [sys.executable, "-m", "bert_jax.finetune",
+       *_flags(setup, workdir, 14)], workdir, helpers.child_env(),
+      kill_after=7, save_every=5, num_steps=14)
 
 
 # -----------------------------------------------------------------------------

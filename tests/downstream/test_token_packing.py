@@ -17,7 +17,6 @@ after kill -9.
 
 import json
 import os
-import signal
 import subprocess
 import sys
 
@@ -35,6 +34,7 @@ from bert_jax.downstream import finetuning
 from bert_jax.training import steps as steps_lib
 from tests import helpers
 from tests.helpers import family_checks
+from tests.helpers import packed_rows
 from tests.helpers import span_tag_tasks
 from tests.helpers import tiny_models
 
@@ -125,12 +125,8 @@ def test_packed_sentences_get_the_tags_losses_and_gradients_of_each_alone(
   assert not together[packed["example_weights"] == 0].any()
   # The same labelled tokens, the same sums and counts: the same loss and
   # gradients.
-  np.testing.assert_allclose(loss_pack, loss_pad, rtol=1e-6)
-  for (path, a), (_, b) in zip(
-      jax.tree_util.tree_leaves_with_path(nnx.to_pure_dict(grads_pack)),
-      jax.tree_util.tree_leaves_with_path(nnx.to_pure_dict(grads_pad))):
-    np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5,
-                               err_msg=jax.tree_util.keystr(path))
+  packed_rows.assert_same_loss_and_grads(loss_pack, grads_pack, loss_pad,
+                                         grads_pad)
   # Another first sentence in each row changes none of the others' tags.
   changed = dict(packed)
   first = packed["sequence_ids"] == 1
@@ -264,25 +260,6 @@ def test_packed_ner_run_resumes_exactly_after_kill9(ner):
   cmd = _flags(ner, workdir, "--config.train.num_steps=14",
                "--config.checkpoint.save_every_steps=5",
                "--config.checkpoint.async_save=False")
-  env = helpers.child_env()
-
-  def start():
-    log = open(f"{workdir}.log", "a")
-    return subprocess.Popen(cmd, cwd=helpers.REPO, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, text=True)
-
-  proc = start()
-  helpers.wait_for_step(proc, workdir, 7)
-  proc.send_signal(signal.SIGKILL)
-  assert proc.wait(timeout=60) == -signal.SIGKILL
-  killed = {r["step"]: r for r in helpers.train_records(workdir)}
-  assert max(killed) < 10, "killed too late to test resume"
-  proc = start()
-  assert proc.wait(timeout=900) == 0, helpers.run_log(workdir)[-3000:]
-  assert "Resumed from checkpoint step 5" in helpers.run_log(workdir)
-  resumed = helpers.train_records(workdir)[len(killed):]
-  assert [r["step"] for r in resumed] == list(range(6, 15))
-  redone = [r for r in resumed if r["step"] in killed]
-  assert len(redone) >= 2
-  for r in redone:  # Same rows, same losses.
-    assert r["loss"] == killed[r["step"]]["loss"], r["step"]
+  helpers.assert_resumes_exactly_after_kill9(
+      cmd, workdir, helpers.child_env(), kill_after=7, save_every=5,
+      num_steps=14)

@@ -12,6 +12,7 @@ import json
 import logging as std_logging
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -214,6 +215,29 @@ def written_files(workdir) -> list[str]:
                 if f != ".workdir_lock.json")
 
 
+def assert_train_iterator_resumes_exactly(config, tok, tmp_dir, *,
+                                          saved_after: int, compared: int):
+  """The pretraining iterator of `config` saved after `saved_after`
+  batches, restored into a fresh one that has already moved on a batch
+  (restoring rewinds it), gives the same next `compared` batches, every
+  feature of the config's spec. Returns the restored iterator."""
+  from bert_jax.data import features  # pylint: disable=g-import-not-at-top
+  from bert_jax.data import pipeline  # pylint: disable=g-import-not-at-top
+  ckpt = os.path.join(tmp_dir, "ckpt")
+  it = pipeline.create_train_iterator(config, tok, str(tmp_dir))
+  for _ in range(saved_after):
+    next(it)
+  it.save(ckpt)
+  want = [next(it) for _ in range(compared)]
+  again = pipeline.create_train_iterator(config, tok, str(tmp_dir))
+  next(again)
+  again.restore(ckpt)
+  for w, g in zip(want, [next(again) for _ in range(compared)]):
+    for k in features.pretraining_spec(config.data):
+      np.testing.assert_array_equal(w[k], g[k])
+  return again
+
+
 # -----------------------------------------------------------------------------
 # Watching a `python -m bert_jax.main` child that writes WORKDIR.log.
 # -----------------------------------------------------------------------------
@@ -221,6 +245,50 @@ def run_log(workdir) -> str:
   """What a child started with stdout/stderr to WORKDIR.log printed."""
   with open(f"{workdir}.log") as f:
     return f.read()
+
+
+# `python -m bert_jax.main` that SIGKILLs itself once the checkpoint of step
+# $KILL_AFTER is committed: a kill right after a chosen save, which a signal
+# sent from outside cannot time.
+_KILL_AFTER_SAVE = """
+import os, signal
+from bert_jax.checkpoints import manager
+KILL_AFTER = int(os.environ["KILL_AFTER"])
+_save = manager.Checkpointer.save
+
+def save(self, step, *args, **kwargs):
+  out = _save(self, step, *args, **kwargs)
+  if step == KILL_AFTER:
+    self.wait()
+    os.kill(os.getpid(), signal.SIGKILL)
+  return out
+
+manager.Checkpointer.save = save
+from absl import app
+from bert_jax import main
+app.run(main.main)
+"""
+
+
+def run_main_logged(workdir, config: str, *flags, env: dict,
+                    kill_after: int | None = None, timeout=600) -> int:
+  """`python -m bert_jax.main --config configs/<config> --workdir WORKDIR
+  *flags` to its end, the output appended to WORKDIR.log (`run_log`), so
+  that a killed run and its rerun read as one log. With `kill_after`, the
+  run SIGKILLs itself right after the checkpoint of that step is
+  committed. Returns the exit code (-SIGKILL when killed)."""
+  head = [sys.executable, "-m", "bert_jax.main"]
+  if kill_after is not None:
+    driver = os.path.join(os.path.dirname(workdir), "kill_driver.py")
+    with open(driver, "w") as f:
+      f.write(_KILL_AFTER_SAVE)
+    head = [sys.executable, driver]
+    env = dict(env, KILL_AFTER=str(kill_after))
+  with open(f"{workdir}.log", "a") as log:
+    return subprocess.run(
+        [*head, "--config", os.path.join(REPO, "configs", config),
+         "--workdir", workdir, *flags], cwd=REPO, env=env, stdout=log,
+        stderr=subprocess.STDOUT, timeout=timeout).returncode
 
 
 def train_records(workdir) -> list[dict]:
@@ -253,3 +321,35 @@ def wait_for_step(proc, workdir, step, skip=0, timeout=600):
                   + run_log(workdir)[-3000:])
     time.sleep(0.02)
   pytest.fail(f"step {step} not reached in {timeout}s")
+
+
+def assert_resumes_exactly_after_kill9(cmd, workdir, env, *, kill_after: int,
+                                       save_every: int, num_steps: int):
+  """`cmd` (a run of `num_steps` steps that logs each and saves a checkpoint
+  every `save_every`, synchronously) killed with SIGKILL once step
+  `kill_after` is logged, then the same command again: the rerun resumes
+  from the last checkpoint before the kill, runs to the end, and the steps
+  it redoes have the killed run's losses bit for bit. Both runs' output
+  goes to WORKDIR.log."""
+
+  def start():
+    with open(f"{workdir}.log", "a") as log:
+      return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log,
+                              stderr=subprocess.STDOUT, text=True)
+
+  saved = kill_after // save_every * save_every
+  proc = start()
+  wait_for_step(proc, workdir, kill_after)
+  proc.send_signal(signal.SIGKILL)
+  assert proc.wait(timeout=60) == -signal.SIGKILL
+  killed = {r["step"]: r for r in train_records(workdir)}
+  assert max(killed) < saved + save_every, "killed too late to test resume"
+  proc = start()
+  assert proc.wait(timeout=900) == 0, run_log(workdir)[-3000:]
+  assert f"Resumed from checkpoint step {saved}" in run_log(workdir)
+  resumed = train_records(workdir)[len(killed):]
+  assert [r["step"] for r in resumed] == list(range(saved + 1, num_steps + 1))
+  redone = [r for r in resumed if r["step"] in killed]
+  assert len(redone) >= kill_after - saved
+  for r in redone:  # Same rows, same losses.
+    assert r["loss"] == killed[r["step"]]["loss"], r["step"]

@@ -4,10 +4,12 @@ RoBERTa), and for BERT, ModernBERT and RoBERTa on packed rows
 
 `mesh_losses` runs 3 train steps of an objective on 1 device and on 8
 simulated CPU devices (DP=8, FSDP=8, DP=4 x TP=2) in a subprocess whose
-XLA_FLAGS are set before jax is imported, and returns the per-step losses.
-`resume_losses` runs `python -m bert_jax.main` for 8 steps, copies its
-workdir keeping only the step-4 checkpoint, reruns the same command there
-(restoring state and data-iterator position) and returns both loss logs.
+XLA_FLAGS are set before jax is imported, and returns the per-step losses;
+`assert_meshes_agree` checks them against the single device's.
+`assert_resume_is_exact` runs `python -m bert_jax.main` for 8 steps,
+copies its workdir keeping only the step-4 checkpoint, reruns the same
+command there (restoring state and data-iterator position) and checks that
+steps 5-8 give the first run's losses exactly.
 Run as a script, this file is the subprocess of `mesh_losses`.
 """
 
@@ -123,15 +125,28 @@ def mesh_losses(family: str, tmp_path) -> dict:
     return json.load(f)
 
 
+def assert_meshes_agree(family: str, tmp_path) -> None:
+  """Every mesh of `mesh_losses` gives the single device's per-step losses
+  (rtol 1e-5), and those losses move: a loss that stood still would agree
+  whatever the sharding did."""
+  import numpy as np
+  losses = mesh_losses(family, tmp_path)
+  for name in MESHES:
+    np.testing.assert_allclose(losses[name], losses["single"], rtol=1e-5,
+                               err_msg=name)
+  assert losses["single"][0] != losses["single"][2]
+
+
 def _train_losses(workdir) -> dict:
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     records = [json.loads(line) for line in f if line.strip()]
   return {r["step"]: r["loss"] for r in records if r["split"] == "train"}
 
 
-def resume_losses(tmp_path, config_file: str, *flags):
-  """(straight run's step -> loss, resumed run's step -> loss, the straight
-  run's workdir)."""
+def assert_resume_is_exact(tmp_path, config_file: str, *flags) -> str:
+  """The run of configs/`config_file` (shrunk, with `flags`) resumed from
+  its step-4 checkpoint logs steps 5-8 with the straight run's losses,
+  bit for bit. Returns the straight run's workdir."""
   from tests.helpers import TINY_OVERRIDES
   from tests.helpers import child_env
   cmd = lambda w: [sys.executable, "-m", "bert_jax.main", "--config",
@@ -152,7 +167,11 @@ def resume_losses(tmp_path, config_file: str, *flags):
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-5000:]
   assert "Resumed from checkpoint step 4" in proc.stderr, proc.stderr[-3000:]
-  return _train_losses(a), _train_losses(b), a
+  straight, resumed = _train_losses(a), _train_losses(b)
+  assert sorted(resumed) == [5, 6, 7, 8]
+  for step, loss in resumed.items():
+    assert loss == straight[step], (step, loss, straight[step])
+  return a
 
 
 def export_workdir(workdir: str, out: str) -> None:

@@ -5,8 +5,9 @@ token types, masked positions, a pair label); `padded(...)` lays them one a
 row (the layout without packing) and `packed(...)` several a row, in order,
 a new row when the next does not fit (features.PACKED_PRETRAINING). The same
 examples in both layouts let a test compare a model's outputs, losses and
-gradients example by example. `synthetic_batch` is a random packed batch of
-the shapes a config asks for (for the multi-device checks).
+gradients example by example (`assert_same_loss_and_grads`: the whole
+batch's). `synthetic_batch` is a random packed batch of the shapes a config
+asks for (for the multi-device checks).
 """
 
 from __future__ import annotations
@@ -138,3 +139,18 @@ def synthetic_batch(seed: int, batch: int, seq: int, preds: int,
     rows.append(list(range(first, len(exs))))
   out, _ = packed(exs, seq, preds, max_sequences, rows)
   return out
+
+
+def assert_same_loss_and_grads(loss, grads, want_loss, want_grads) -> None:
+  """A packed batch's loss and gradients (nnx.State) are the padded
+  batch's: the same labelled tokens give the same sums and global counts.
+  Leaves are compared in order and a failure names the param's path."""
+  import jax  # pylint: disable=g-import-not-at-top  (numpy-only otherwise)
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  np.testing.assert_allclose(loss, want_loss, rtol=1e-6)
+  for (path, a), (_, b) in zip(
+      jax.tree_util.tree_leaves_with_path(nnx.to_pure_dict(grads)),
+      jax.tree_util.tree_leaves_with_path(nnx.to_pure_dict(want_grads)),
+      strict=True):
+    np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5,
+                               err_msg=jax.tree_util.keystr(path))

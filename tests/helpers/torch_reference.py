@@ -10,6 +10,7 @@ bert_jax is imported.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -26,6 +27,19 @@ def load_batches(path: str) -> list[dict]:
   n = 1 + max(int(k.split("/")[0]) for k in data.files)
   return [{k.split("/")[1]: data[k] for k in data.files
            if k.startswith(f"{i}/")} for i in range(n)]
+
+
+@contextlib.contextmanager
+def one_thread():
+  """Torch on one thread, as before afterwards: the models here are tiny,
+  and two threads on two busy cores run ~10x slower than one."""
+  import torch  # pylint: disable=g-import-not-at-top
+  before = torch.get_num_threads()
+  torch.set_num_threads(1)
+  try:
+    yield
+  finally:
+    torch.set_num_threads(before)
 
 
 def train_losses(model, batch_path: str, loss_fn, *, lr, warmup, steps,

@@ -23,6 +23,7 @@ from bert_jax.hf import checkpoint_io
 from bert_jax.hf import mapping
 from tests.helpers import family_checks
 from tests.helpers import tiny_models
+from tests.helpers import torch_reference
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -45,11 +46,8 @@ def batch(vocab, seed=0):
 
 @pytest.fixture(autouse=True, scope="module")
 def torch_one_thread():
-  """Tiny models; two torch threads on two busy cores run ~10x slower."""
-  before = torch.get_num_threads()
-  torch.set_num_threads(1)
-  yield
-  torch.set_num_threads(before)
+  with torch_reference.one_thread():
+    yield
 
 
 # Our tables by name: the masked LM, and each task kind's head on

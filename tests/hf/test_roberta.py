@@ -20,6 +20,7 @@ from bert_jax.hf import checkpoint_io
 from bert_jax.hf import mapping
 from bert_jax.objectives import roberta as roberta_objective
 from bert_jax.training import config_checks
+from tests.helpers import torch_reference
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -34,11 +35,8 @@ HF_CLASS = {"sentence": "ForSequenceClassification",
 
 @pytest.fixture(autouse=True, scope="module")
 def torch_one_thread():
-  """Tiny models; two torch threads on two busy cores run ~10x slower."""
-  before = torch.get_num_threads()
-  torch.set_num_threads(1)
-  yield
-  torch.set_num_threads(before)
+  with torch_reference.one_thread():
+    yield
 
 
 def hf_config(family, **fields):

@@ -100,12 +100,8 @@ def test_packed_rows_equal_each_example_alone(impl, layouts):
 
   # The loss of the packed batch is the padded batch's (same examples, same
   # sums, same global counts), and so is its gradient.
-  np.testing.assert_allclose(loss_pack, loss_pad, rtol=1e-6)
-  for (path, a), (_, b) in zip(
-      jax.tree_util.tree_leaves_with_path(nnx.to_pure_dict(grads_pack)),
-      jax.tree_util.tree_leaves_with_path(nnx.to_pure_dict(grads_pad))):
-    np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5,
-                               err_msg=jax.tree_util.keystr(path))
+  packed_rows.assert_same_loss_and_grads(loss_pack, grads_pack, loss_pad,
+                                         grads_pad)
 
   # Another first example in each row changes nothing of the others'.
   changed = dict(packed)
@@ -200,12 +196,8 @@ def test_modernbert_packed_documents_equal_each_alone(layouts, impl="xla"):
                   ex["positions"] + start)]
     np.testing.assert_allclose(together["mlm_logits"][row, p],
                                alone["mlm_logits"][i, :k], atol=1e-5, rtol=0)
-  np.testing.assert_allclose(loss_pack, loss_pad, rtol=1e-6)
-  for (path, a), (_, b) in zip(
-      jax.tree_util.tree_leaves_with_path(nnx.to_pure_dict(grads_pack)),
-      jax.tree_util.tree_leaves_with_path(nnx.to_pure_dict(grads_pad))):
-    np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5,
-                               err_msg=jax.tree_util.keystr(path))
+  packed_rows.assert_same_loss_and_grads(loss_pack, grads_pack, loss_pad,
+                                         grads_pad)
   changed = dict(packed)
   ids = packed["input_ids"].copy()
   first = packed["sequence_ids"] == 1

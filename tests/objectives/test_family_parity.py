@@ -42,7 +42,6 @@ Max relative differences measured (20 steps): albert 6e-7, distil 2e-7,
 electra 3.9e-6 (discriminator BCE 4.7e-6, generator MLM 4e-7), roberta 1e-6.
 """
 
-import contextlib
 import math
 import os
 
@@ -51,6 +50,7 @@ import numpy as np
 import pytest
 from bert_jax.families import albert as albert_family
 from bert_jax.families import modernbert as modernbert_family
+from tests.helpers import torch_reference
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -149,6 +149,25 @@ def our_run(config, batches, trace=()):
           {k: np.array(v) for k, v in traced.items()})
 
 
+def run_and_export(base, config, *, seed, two_segments, table):
+  """`our_run` on NUM_STEPS synthetic batches, and what the reference side
+  reads: our initial params as a Hugging Face directory (`table`'s layout)
+  and the batches as numpy, in `base`."""
+  from bert_jax.hf import checkpoint_io
+  config.train.update(TRAIN)
+  batches = masked_batches(NUM_STEPS, config.model.vocab_size, seed=seed,
+                           two_segments=two_segments)
+  init, losses, norms, _ = our_run(config, batches)
+  model_dir = os.path.join(base, "init_hf")
+  checkpoint_io.save_hf_model(model_dir, init["params"], config.model,
+                              table=table)
+  batch_path = os.path.join(base, "batches.npz")
+  save_arrays(batch_path, batches)
+  return dict(hp=hparams(config), losses=losses, norms=norms,
+              size=count(init["params"]), model_dir=model_dir,
+              batch_path=batch_path)
+
+
 def count(tree):
   return sum(int(np.size(x)) for x in jax.tree.leaves(tree))
 
@@ -180,18 +199,6 @@ def compare(name, ours, theirs, norms, hp):
 # -----------------------------------------------------------------------------
 # Reference: PyTorch, nothing from bert_jax.
 # -----------------------------------------------------------------------------
-@contextlib.contextmanager
-def one_thread():
-  """Torch on one thread: these models are tiny, and two threads on two
-  busy cores run ~10x slower than one."""
-  before = torch.get_num_threads()
-  torch.set_num_threads(1)
-  try:
-    yield
-  finally:
-    torch.set_num_threads(before)
-
-
 def load(cls, path, **dropout):
   return cls.from_pretrained(path, attn_implementation="eager",
                              dtype=torch.float32, **dropout)
@@ -255,6 +262,33 @@ def mlm_labels(b):
   return labels
 
 
+def masked_lm_inputs(b):
+  """A Hugging Face masked LM's inputs for its own loss: `labels` with -100
+  off the masked positions."""
+  return dict(input_ids=b["input_ids"].long(),
+              attention_mask=b["input_mask"].long(), labels=mlm_labels(b))
+
+
+def train_with_own_loss(model, batch_path, hp, inputs=masked_lm_inputs):
+  """(per-step losses, trainable param count) of a Hugging Face model
+  trained on the saved batches with the loss it computes from
+  `inputs(torch batch)`."""
+  model.train()
+  opt = TorchOptimizer(model.named_parameters(), **hp)
+  losses = []
+  for batch in load_arrays(batch_path):
+    losses.append(opt.step(model(**inputs(tensors(batch))).loss))
+  return np.array(losses), opt.numel()
+
+
+def assert_perturbed_reference_breaks(ours, theirs):
+  """A reference made wrong on purpose must miss ours by far more than the
+  tolerance: the comparison can see the difference it is meant to see."""
+  rel = max_rel(ours, theirs)
+  print(f"perturbed reference: max relative difference {rel:.3g}")
+  assert rel > 10 * TOLERANCE
+
+
 # =============================================================================
 # ALBERT: MLM + SOP.
 # =============================================================================
@@ -263,45 +297,28 @@ def albert_reference(model_dir, batch_path, hp):
   model = load(transformers.AlbertForPreTraining, model_dir,
                hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                classifier_dropout_prob=0.0)
-  model.train()
-  opt = TorchOptimizer(model.named_parameters(), **hp)
-  losses = []
-  for batch in load_arrays(batch_path):
-    b = tensors(batch)
-    out = model(input_ids=b["input_ids"].long(),
-                attention_mask=b["input_mask"].long(),
-                token_type_ids=b["segment_ids"].long(),
-                labels=mlm_labels(b),
-                sentence_order_label=b["next_sentence_labels"].long())
-    losses.append(opt.step(out.loss))
-  return np.array(losses), opt.numel()
+  return train_with_own_loss(
+      model, batch_path, hp,
+      lambda b: dict(masked_lm_inputs(b),
+                     token_type_ids=b["segment_ids"].long(),
+                     sentence_order_label=b["next_sentence_labels"].long()))
 
 
 @pytest.fixture(scope="module")
 def albert_run(tmp_path_factory):
-  from bert_jax.hf import checkpoint_io
   from tests.helpers import family_checks
   base = str(tmp_path_factory.mktemp("albert_parity"))
   config = family_checks.family_config("albert")
   config.data.update(max_ngram=1, max_predictions_per_seq=PREDS,
                      seq_length=SEQ)
-  config.train.update(TRAIN)
-  batches = masked_batches(NUM_STEPS, config.model.vocab_size, seed=0,
-                           two_segments=True)
-  init, losses, norms, _ = our_run(config, batches)
-  model_dir = os.path.join(base, "init_hf")
-  checkpoint_io.save_hf_model(model_dir, init["params"], config.model, table=albert_family.ALBERT)
-  batch_path = os.path.join(base, "batches.npz")
-  save_arrays(batch_path, batches)
-  return dict(hp=hparams(config), losses=losses, norms=norms,
-              size=count(init["params"]), model_dir=model_dir,
-              batch_path=batch_path)
+  return run_and_export(base, config, seed=0, two_segments=True,
+                        table=albert_family.ALBERT)
 
 
 @pytest.mark.slow
 def test_albert_per_step_loss_equals_pytorch(albert_run):
   r = albert_run
-  with one_thread():
+  with torch_reference.one_thread():
     theirs, numel = albert_reference(r["model_dir"], r["batch_path"], r["hp"])
   assert numel == r["size"]  # The same trainable params, tied ones once.
   compare("albert", r["losses"], theirs, r["norms"], r["hp"])
@@ -312,12 +329,10 @@ def test_albert_parity_sees_a_wrong_decay_mask(albert_run):
   """Weight decay on LayerNorms and biases too, on the reference side,
   breaks the comparison."""
   r = albert_run
-  with one_thread():
+  with torch_reference.one_thread():
     theirs, _ = albert_reference(r["model_dir"], r["batch_path"],
                                  dict(r["hp"], decay_all=True))
-  rel = max_rel(r["losses"], theirs)
-  print(f"perturbed reference: max relative difference {rel:.3g}")
-  assert rel > 10 * TOLERANCE
+  assert_perturbed_reference_breaks(r["losses"], theirs)
 
 
 # =============================================================================
@@ -404,7 +419,7 @@ def distil_run(tmp_path_factory):
 @pytest.mark.slow
 def test_distil_per_step_loss_equals_pytorch(distil_run):
   r = distil_run
-  with one_thread():
+  with torch_reference.one_thread():
     theirs, numel = distil_reference(r["student_dir"], r["teacher_dir"],
                                      r["batch_path"], r["hp"],
                                      **r["loss_kw"])
@@ -416,13 +431,11 @@ def test_distil_per_step_loss_equals_pytorch(distil_run):
 def test_distil_parity_sees_a_wrong_loss_weight(distil_run):
   """alpha_cos 0.9 instead of 1.0 on the reference side breaks it."""
   r = distil_run
-  with one_thread():
+  with torch_reference.one_thread():
     theirs, _ = distil_reference(r["student_dir"], r["teacher_dir"],
                                  r["batch_path"], r["hp"],
                                  **dict(r["loss_kw"], alpha_cos=0.9))
-  rel = max_rel(r["losses"], theirs)
-  print(f"perturbed reference: max relative difference {rel:.3g}")
-  assert rel > 10 * TOLERANCE
+  assert_perturbed_reference_breaks(r["losses"], theirs)
 
 
 # =============================================================================
@@ -544,7 +557,7 @@ def test_electra_sampling_noise_is_jax_categorical():
 @pytest.mark.slow
 def test_electra_per_step_loss_equals_pytorch(electra_run):
   r = electra_run
-  with one_thread():
+  with torch_reference.one_thread():
     theirs, numel = electra_reference(
         r["pair_dir"], r["batch_path"], r["noise_path"], r["hp"],
         **r["loss_kw"])
@@ -566,7 +579,7 @@ def test_electra_parity_sees_the_pad_row(electra_run):
   (once in these 20 steps) gives no gradient to its embedding row there,
   and the generator's loss drifts past the tolerance."""
   r = electra_run
-  with one_thread():
+  with torch_reference.one_thread():
     theirs, _ = electra_reference(
         r["pair_dir"], r["batch_path"], r["noise_path"], r["hp"],
         **dict(r["loss_kw"], pad_row_trains=False))
@@ -587,41 +600,23 @@ def modernbert_reference(model_dir, batch_path, hp, attn="sdpa", **config):
       model_dir, attn_implementation=attn, dtype=torch.float32,
       embedding_dropout=0.0, mlp_dropout=0.0, attention_dropout=0.0,
       **config)
-  model.train()
-  opt = TorchOptimizer(model.named_parameters(), **hp)
-  losses = []
-  for batch in load_arrays(batch_path):
-    b = tensors(batch)
-    out = model(input_ids=b["input_ids"].long(),
-                attention_mask=b["input_mask"].long(), labels=mlm_labels(b))
-    losses.append(opt.step(out.loss))
-  return np.array(losses), opt.numel()
+  return train_with_own_loss(model, batch_path, hp)
 
 
 @pytest.fixture(scope="module")
 def modernbert_run(tmp_path_factory):
-  from bert_jax.hf import checkpoint_io
   from tests.helpers import family_checks
   base = str(tmp_path_factory.mktemp("modernbert_parity"))
   config = family_checks.family_config("modernbert")  # 8-token window.
   config.data.update(max_predictions_per_seq=PREDS, seq_length=SEQ)
-  config.train.update(TRAIN)
-  batches = masked_batches(NUM_STEPS, config.model.vocab_size, seed=3,
-                           two_segments=False)
-  init, losses, norms, _ = our_run(config, batches)
-  model_dir = os.path.join(base, "init_hf")
-  checkpoint_io.save_hf_model(model_dir, init["params"], config.model, table=modernbert_family.MODERNBERT)
-  batch_path = os.path.join(base, "batches.npz")
-  save_arrays(batch_path, batches)
-  return dict(hp=hparams(config), losses=losses, norms=norms,
-              size=count(init["params"]), model_dir=model_dir,
-              batch_path=batch_path)
+  return run_and_export(base, config, seed=3, two_segments=False,
+                        table=modernbert_family.MODERNBERT)
 
 
 @pytest.mark.slow
 def test_modernbert_per_step_loss_equals_pytorch(modernbert_run):
   r = modernbert_run
-  with one_thread():
+  with torch_reference.one_thread():
     theirs, numel = modernbert_reference(r["model_dir"], r["batch_path"],
                                          r["hp"])
   assert numel == r["size"]  # The decoder weight is the embedding, once.
@@ -633,12 +628,10 @@ def test_modernbert_parity_sees_a_wider_window(modernbert_run):
   """The reference with local_attention 10 instead of 8 (one more key on
   each side of every sliding-window query) breaks the comparison."""
   r = modernbert_run
-  with one_thread():
+  with torch_reference.one_thread():
     theirs, _ = modernbert_reference(r["model_dir"], r["batch_path"],
                                      r["hp"], local_attention=10)
-  rel = max_rel(r["losses"], theirs)
-  print(f"perturbed reference: max relative difference {rel:.3g}")
-  assert rel > 10 * TOLERANCE
+  assert_perturbed_reference_breaks(r["losses"], theirs)
 
 
 # =============================================================================
@@ -651,42 +644,23 @@ def roberta_reference(model_dir, batch_path, hp, **config):
   model = load(transformers.RobertaForMaskedLM, model_dir,
                hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                **config)
-  model.train()
-  opt = TorchOptimizer(model.named_parameters(), **hp)
-  losses = []
-  for batch in load_arrays(batch_path):
-    b = tensors(batch)
-    out = model(input_ids=b["input_ids"].long(),
-                attention_mask=b["input_mask"].long(), labels=mlm_labels(b))
-    losses.append(opt.step(out.loss))
-  return np.array(losses), opt.numel()
+  return train_with_own_loss(model, batch_path, hp)
 
 
 @pytest.fixture(scope="module")
 def roberta_run(tmp_path_factory):
   from bert_jax.families import roberta as roberta_family
-  from bert_jax.hf import checkpoint_io
   from tests.helpers import family_checks
   base = str(tmp_path_factory.mktemp("roberta_parity"))
   config = family_checks.family_config("roberta")  # Padding id 0.
   config.data.update(max_predictions_per_seq=PREDS, seq_length=SEQ)
-  config.train.update(TRAIN)
-  batches = masked_batches(NUM_STEPS, config.model.vocab_size, seed=4,
-                           two_segments=False)
-  init, losses, norms, _ = our_run(config, batches)
-  model_dir = os.path.join(base, "init_hf")
-  checkpoint_io.save_hf_model(model_dir, init["params"], config.model,
-                              table=roberta_family.FAMILY.pretraining_tables[0])
-  batch_path = os.path.join(base, "batches.npz")
-  save_arrays(batch_path, batches)
-  return dict(hp=hparams(config), losses=losses, norms=norms,
-              size=count(init["params"]), model_dir=model_dir,
-              batch_path=batch_path)
+  return run_and_export(base, config, seed=4, two_segments=False,
+                        table=roberta_family.FAMILY.pretraining_tables[0])
 
 
 def test_roberta_per_step_loss_equals_pytorch(roberta_run):
   r = roberta_run
-  with one_thread():
+  with torch_reference.one_thread():
     theirs, numel = roberta_reference(r["model_dir"], r["batch_path"],
                                       r["hp"])
   assert numel == r["size"]  # The decoder is the embedding, once.
@@ -697,9 +671,7 @@ def test_roberta_parity_sees_positions_from_another_padding_id(roberta_run):
   """The reference counting positions from padding id 3 instead of 0 (every
   position two further into the table) breaks the comparison."""
   r = roberta_run
-  with one_thread():
+  with torch_reference.one_thread():
     theirs, _ = roberta_reference(r["model_dir"], r["batch_path"], r["hp"],
                                   pad_token_id=3)
-  rel = max_rel(r["losses"], theirs)
-  print(f"perturbed reference: max relative difference {rel:.3g}")
-  assert rel > 10 * TOLERANCE
+  assert_perturbed_reference_breaks(r["losses"], theirs)

@@ -14,15 +14,12 @@ give every per-step loss of the uninterrupted run.
 import json
 import os
 import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 from flax import nnx
 
 from tests import helpers
-from tests.helpers import REPO
 from tests.helpers import family_checks
 
 PHASES = ("({'num_steps': 6, 'seq_length': 32, 'max_predictions_per_seq': 10,"
@@ -44,40 +41,15 @@ FLAGS = (*helpers.TINY_OVERRIDES,
          "--config.checkpoint.save_every_steps=2",
          "--config.checkpoint.max_to_keep=2")
 KILL_AFTER = 8
-# `python -m bert_jax.main` that SIGKILLs itself once the checkpoint of step
-# KILL_AFTER is committed.
-_KILL_DRIVER = """
-import os, signal
-from bert_jax.checkpoints import manager
-_save = manager.Checkpointer.save
-
-def save(self, step, *args, **kwargs):
-  out = _save(self, step, *args, **kwargs)
-  if step == int(os.environ["KILL_AFTER"]):
-    self.wait()
-    os.kill(os.getpid(), signal.SIGKILL)
-  return out
-
-manager.Checkpointer.save = save
-from absl import app
-from bert_jax import main
-app.run(main.main)
-"""
 
 
-def _run(workdir, *extra, kill_after=None, driver=None):
-  head = [sys.executable, "-m", "bert_jax.main"]
+def _run(workdir, *extra, kill_after=None):
   # One persistent XLA cache for the three runs: the same steps compile once.
   env = helpers.child_env(devices=1, JAX_COMPILATION_CACHE_DIR=os.path.join(
       os.path.dirname(workdir), "xla_cache"))
-  if kill_after is not None:
-    head = [sys.executable, driver]
-    env["KILL_AFTER"] = str(kill_after)
-  with open(f"{workdir}.log", "a") as log:
-    return subprocess.run(
-        [*head, "--config", os.path.join(REPO, "configs", "modernbert_base.py"),
-         "--workdir", workdir, *FLAGS, *extra], cwd=REPO, env=env,
-        stdout=log, stderr=subprocess.STDOUT, timeout=900).returncode
+  return helpers.run_main_logged(workdir, "modernbert_base.py", *FLAGS,
+                                 *extra, env=env, kill_after=kill_after,
+                                 timeout=900)
 
 
 @pytest.fixture(scope="module")
@@ -90,10 +62,7 @@ def runs(tmp_path_factory):
     tok = json.load(f)["path"]
   tok = tok if os.path.isabs(tok) else os.path.join(reference, tok)
   flag = f"--config.data.tokenizer_path={tok}"
-  driver = str(root / "kill_driver.py")
-  with open(driver, "w") as f:
-    f.write(_KILL_DRIVER)
-  codes = [_run(killed, flag, kill_after=KILL_AFTER, driver=driver),
+  codes = [_run(killed, flag, kill_after=KILL_AFTER),
            _run(killed, flag)]
   return dict(reference=reference, killed=killed, codes=codes, root=root)
 
@@ -175,11 +144,7 @@ def test_trained_run_exports_with_its_last_phase_and_our_logits(runs):
 
 @pytest.mark.slow
 def test_one_vs_eight_devices_same_losses(tmp_path):
-  losses = family_checks.mesh_losses("modernbert", tmp_path)
-  for name in ("dp8", "fsdp8", "dp4_tp2"):
-    np.testing.assert_allclose(losses[name], losses["single"], rtol=1e-5,
-                               err_msg=name)
-  assert losses["single"][0] != losses["single"][2]
+  family_checks.assert_meshes_agree("modernbert", tmp_path)
 
 
 @pytest.mark.parametrize("change, message", [

@@ -11,16 +11,12 @@ losses.
 """
 
 import dataclasses
-import os
 import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from tests import helpers
-from tests.helpers import REPO
 from tests.helpers import TINY_OVERRIDES
 
 
@@ -192,46 +188,16 @@ FLAGS = (*TINY_OVERRIDES,
          "--config.train.eval_every=100000",
          "--config.checkpoint.save_every_steps=1",
          "--config.checkpoint.max_to_keep=2")
-# `python -m bert_jax.main` that SIGKILLs itself once the checkpoint of step
-# KILL_AFTER is committed.
-_KILL_DRIVER = """
-import os, signal
-from bert_jax.checkpoints import manager
-KILL_AFTER = int(os.environ["KILL_AFTER"])
-_save = manager.Checkpointer.save
-
-def save(self, step, *args, **kwargs):
-  out = _save(self, step, *args, **kwargs)
-  if step == KILL_AFTER:
-    self.wait()
-    os.kill(os.getpid(), signal.SIGKILL)
-  return out
-
-manager.Checkpointer.save = save
-from absl import app
-from bert_jax import main
-app.run(main.main)
-"""
 # Steps done when killed: inside size 8 (3), at the change to 12 (4) and at
 # the switch to phase 2 (10).
 KILLS = (3, 4, 10)
 
 
 def _run(workdir, devices=1, *extra, kill_after=None):
-  head = [sys.executable, "-m", "bert_jax.main"]
-  env = helpers.child_env(devices=devices)
-  if kill_after is not None:
-    driver = os.path.join(os.path.dirname(workdir), "kill_driver.py")
-    with open(driver, "w") as f:
-      f.write(_KILL_DRIVER)
-    head = [sys.executable, driver]
-    env["KILL_AFTER"] = str(kill_after)
-  with open(f"{workdir}.log", "a") as log:
-    proc = subprocess.run(
-        [*head, "--config", os.path.join(REPO, "configs", "tiny.py"),
-         "--workdir", workdir, *FLAGS, *extra], cwd=REPO, env=env,
-        stdout=log, stderr=subprocess.STDOUT, timeout=900)
-  return proc.returncode
+  return helpers.run_main_logged(
+      workdir, "tiny.py", *FLAGS, *extra,
+      env=helpers.child_env(devices=devices), kill_after=kill_after,
+      timeout=900)
 
 
 def _records(workdir):

@@ -80,14 +80,6 @@ def _phase_batches(config, corpus, workdir):
   return out
 
 
-def _original_ids(batch):
-  ids = batch["input_ids"].copy()
-  rows, cols = np.nonzero(batch["masked_lm_weights"] > 0)
-  ids[rows, batch["masked_lm_positions"][rows, cols]] = (
-      batch["masked_lm_ids"][rows, cols])
-  return ids
-
-
 # ------------------------------------------------------------------------------
 # Measured from the batches.
 # ------------------------------------------------------------------------------
@@ -95,6 +87,7 @@ def _original_ids(batch):
 def test_mask_rate_per_phase_is_the_configured_one(corpus, tmp_path):
   """30% -> 15% -> 5% (mmBERT's decay): predicted positions over the
   tokens that can be masked (real, not special), within 0.5 points."""
+  from bert_jax.data import masking
   rates = (0.30, 0.15, 0.05)
   config = _config(corpus, [_phase(mask_rate=r) for r in rates],
                    train_files=_glob(corpus, "a"))
@@ -103,8 +96,9 @@ def test_mask_rate_per_phase_is_the_configured_one(corpus, tmp_path):
   for index, (batches, _) in _phase_batches(config, corpus,
                                             str(tmp_path)).items():
     masked = sum(float(b["masked_lm_weights"].sum()) for b in batches)
-    maskable = sum(int(((b["input_mask"] > 0) & ~special[_original_ids(b)])
-                       .sum()) for b in batches)
+    maskable = sum(int(((b["input_mask"] > 0)
+                        & ~special[masking.unmasked_ids(b)]).sum())
+                   for b in batches)
     assert abs(masked / maskable - rates[index]) < 0.005, (
         index, masked / maskable)
 
@@ -116,6 +110,7 @@ def test_source_mixture_per_phase_is_the_configured_one(corpus, tmp_path):
   source read from its words; the iterator's examples-by-source counters
   count the same rows."""
   from bert_jax.data import iterator
+  from bert_jax.data import masking
   g = {name: _glob(corpus, name) for name in SOURCES}
   config = _config(corpus, [
       _phase(sources=f"{g['a']}@1;{g['b']}@1;{g['c']}@2"),
@@ -136,7 +131,7 @@ def test_source_mixture_per_phase_is_the_configured_one(corpus, tmp_path):
                                              str(tmp_path)).items():
     rows = {k: 0 for k in SOURCES}
     for b in batches:
-      for row in _original_ids(b):
+      for row in masking.unmasked_ids(b):
         sources = set(corpus["source_of"][row]) - {-1}
         assert len(sources) == 1, sources  # A row is one source's.
         rows[list(SOURCES)[sources.pop()]] += 1

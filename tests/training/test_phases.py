@@ -10,13 +10,10 @@ command must give every per-step loss of the uninterrupted run.
 import math
 import os
 import signal
-import subprocess
-import sys
 
 import pytest
 
 from tests import helpers
-from tests.helpers import REPO
 from tests.helpers import TINY_OVERRIDES
 from tests.helpers import child_env
 
@@ -30,27 +27,6 @@ FLAGS = (*TINY_OVERRIDES,
          "--config.train.eval_every=100000",
          "--config.checkpoint.save_every_steps=2",
          "--config.checkpoint.max_to_keep=2")
-
-# `python -m bert_jax.main` that SIGKILLs itself once the checkpoint of step
-# KILL_AFTER is committed.
-_KILL_DRIVER = """
-import os, signal
-from bert_jax.checkpoints import manager
-KILL_AFTER = int(os.environ["KILL_AFTER"])
-_save = manager.Checkpointer.save
-
-def save(self, step, *args, **kwargs):
-  out = _save(self, step, *args, **kwargs)
-  if step == KILL_AFTER:
-    self.wait()
-    os.kill(os.getpid(), signal.SIGKILL)
-  return out
-
-manager.Checkpointer.save = save
-from absl import app
-from bert_jax import main
-app.run(main.main)
-"""
 
 
 # ------------------------------------------------------------------------------
@@ -242,20 +218,8 @@ def env(tmp_path_factory):
 
 
 def _run(workdir, env, *extra, kill_after=None):
-  head = [sys.executable, "-m", "bert_jax.main"]
-  run_env = env
-  if kill_after is not None:
-    driver = os.path.join(os.path.dirname(workdir), "kill_driver.py")
-    with open(driver, "w") as f:
-      f.write(_KILL_DRIVER)
-    head = [sys.executable, driver]
-    run_env = dict(env, KILL_AFTER=str(kill_after))
-  with open(f"{workdir}.log", "a") as log:
-    proc = subprocess.run(
-        [*head, "--config", os.path.join(REPO, "configs", "tiny.py"),
-         "--workdir", workdir, *FLAGS, *extra], cwd=REPO, env=run_env,
-        stdout=log, stderr=subprocess.STDOUT, timeout=600)
-  return proc.returncode
+  return helpers.run_main_logged(workdir, "tiny.py", *FLAGS, *extra, env=env,
+                                 kill_after=kill_after)
 
 
 def _losses(records) -> dict[int, float]:
