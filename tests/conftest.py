@@ -18,9 +18,10 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 # Tiny models compile far longer than they run: XLA's expensive passes off
-# (jax_disable_most_optimizations) here and in every child. A test about
-# what the optimized program does (its memory, its FLOPs) turns them on
-# itself.
+# (jax_disable_most_optimizations) here and in every child. A test that
+# runs many steps of a real-size model (unfused, they take 2x as long), or
+# holds two programs to the optimized programs' tolerance, turns them on
+# (the `optimized` fixture).
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 
 
@@ -33,8 +34,9 @@ def pytest_configure(config):
 
 @pytest.fixture
 def optimized():
-  """XLA's full optimizations for this test: for comparisons of two
-  programs' numbers at a tolerance the optimized programs are held to."""
+  """XLA's full optimizations for this test: many steps of a real-size
+  model, or two programs' numbers compared at a tolerance the optimized
+  programs are held to."""
   import jax  # pylint: disable=g-import-not-at-top
   disabled = jax.config.read("jax_disable_most_optimizations")
   jax.config.update("jax_disable_most_optimizations", False)

@@ -231,7 +231,8 @@ def _random_like(hf_dir: str, out: str) -> str:
 
 
 @pytest.mark.slow
-def test_pretrained_minilm_beats_random_init_at_equal_steps(tmp_path):
+def test_pretrained_minilm_beats_random_init_at_equal_steps(tmp_path,
+                                                             optimized):
   """Train on some sentiment words, evaluate on unseen synonyms: only an
   encoder that knows English carries the label over."""
 

@@ -64,7 +64,8 @@ def test_packed_eval_predicts_every_example_once(tiny_hf):
 
 @pytest.mark.slow
 def test_packed_finetuning_matches_buckets_over_three_seeds(tiny_hf,
-                                                           tmp_path):
+                                                           tmp_path,
+                                                           optimized):
   train, dev = tiny_models.write_keyword_task(str(tmp_path), n_train=512,
                                               n_dev=200)
   scores = {}

@@ -188,7 +188,8 @@ def test_packed_evaluation_writes_the_predictions_of_buckets(ner):
 
 
 @pytest.mark.slow
-def test_packed_ner_finetuning_matches_buckets_over_three_seeds(ner):
+def test_packed_ner_finetuning_matches_buckets_over_three_seeds(
+    ner, optimized):
   scores = {}
   for packed in (False, True):
     for seed in SEEDS:
