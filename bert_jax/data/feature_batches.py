@@ -195,9 +195,6 @@ class HostShareIterator:
   def examples_consumed(self) -> int:
     return self._batches * self.batch_size // self.process_count
 
-  def batch_size_per_host(self) -> int:
-    return self.batch_size // self.process_count
-
 
 class FeatureIterator(HostShareIterator):
   """Endless shuffled training batches of this host's share of batch_size.
