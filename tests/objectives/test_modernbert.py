@@ -44,9 +44,8 @@ KILL_AFTER = 8
 
 
 def _run(workdir, *extra, kill_after=None):
-  # One persistent XLA cache for the three runs: the same steps compile once.
-  env = helpers.child_env(devices=1, JAX_COMPILATION_CACHE_DIR=os.path.join(
-      os.path.dirname(workdir), "xla_cache"))
+  # The suite's persistent XLA cache: the three runs' steps compile once.
+  env = helpers.child_env(devices=1)
   return helpers.run_main_logged(workdir, "modernbert_base.py", *FLAGS,
                                  *extra, env=env, kill_after=kill_after,
                                  timeout=900)

@@ -73,11 +73,8 @@ app.run(main.main)
 # Running the trainer.
 # ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
-  cache = tmp_path_factory.mktemp("jax_cache")
-  e = child_env(JAX_COMPILATION_CACHE_DIR=str(cache),
-                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+def env():
+  e = child_env()  # The suite's compilation cache: runs alike compile once.
   e.pop("XLA_FLAGS", None)  # One device, like the reference.
   return e
 
