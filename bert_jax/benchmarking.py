@@ -25,6 +25,7 @@ from typing import Any, Callable, NamedTuple, Protocol, Sequence
 import jax
 import numpy as np
 
+from bert_jax import compose
 from bert_jax import pretrained
 from bert_jax.data import tokenizers
 from bert_jax.downstream import finetuning
@@ -239,3 +240,19 @@ def task_batches(config, num: int):
   shapes = [b["input_ids"].shape for b in batches]
   common = max(set(shapes), key=shapes.count)
   return config, [b for b in batches if b["input_ids"].shape == common][:num]
+
+
+def train_step_memory(config, chunk: int = 0) -> dict:
+  """XLA's per-device memory of the config's compiled train step at its
+  batch and longest bucket, with train.cache_chunk_size=`chunk` (0: the
+  plain step): {peak_mb, temporaries_mb}, {} where XLA reports none.
+  Compiled ahead of time: nothing runs, no weights are read."""
+  c = config.copy_and_resolve_references()
+  c.train.cache_chunk_size = chunk
+  p = steps_lib.Programs(c, sharding.make_mesh(c.mesh), compose.objective(c))
+  with p.context():
+    step = compiled.compile_ahead(p.train_step, p.abstract_state,
+                                  p.batch_spec(int(c.train.batch_size)))
+  m = step.memory
+  return {} if m is None else dict(peak_mb=m.peak / 2**20,
+                                   temporaries_mb=m.temporaries / 2**20)

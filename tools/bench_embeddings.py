@@ -156,20 +156,6 @@ class LibraryTrain:
       self.times += [seconds / n] * n
 
 
-def _memory(config, chunk: int) -> dict:
-  """XLA's memory of our train step at the config's batch."""
-  from bert_jax.training import compiled  # pylint: disable=g-import-not-at-top
-  c = config.copy_and_resolve_references()
-  c.train.cache_chunk_size = chunk
-  p = steps_lib.Programs(c, sharding.make_mesh(c.mesh), compose.objective(c))
-  with p.context():
-    step = compiled.compile_ahead(p.train_step, p.abstract_state,
-                                  p.batch_spec(int(c.train.batch_size)))
-  m = step.memory
-  return {} if m is None else dict(peak_mb=m.peak / 2**20,
-                                   temporaries_mb=m.temporaries / 2**20)
-
-
 def benchmark(config, rounds, steps, warmup, encode_sentences, chunk,
               threads) -> dict:
   kind = finetuning.task_kind(config)
@@ -210,7 +196,8 @@ def benchmark(config, rounds, steps, warmup, encode_sentences, chunk,
       rounds=rounds, steps=steps, warmup=warmup, results=rows,
       encode_ratio=rows[0]["sentences_per_s"] / rows[1]["sentences_per_s"],
       train_ratio=rows[2]["pairs_per_s"] / rows[4]["pairs_per_s"],
-      memory=dict(plain=_memory(config, 0), cached=_memory(config, chunk)),
+      memory=dict(plain=benchmarking.train_step_memory(config, 0),
+                  cached=benchmarking.train_step_memory(config, chunk)),
       load_average=list(os.getloadavg()), cpu_count=os.cpu_count(),
       devices=[d.device_kind for d in jax.devices()])
 
