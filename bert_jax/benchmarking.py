@@ -254,5 +254,5 @@ def train_step_memory(config, chunk: int = 0) -> dict:
     step = compiled.compile_ahead(p.train_step, p.abstract_state,
                                   p.batch_spec(int(c.train.batch_size)))
   m = step.memory
-  return {} if m is None else dict(peak_mb=m.peak / 2**20,
-                                   temporaries_mb=m.temporaries / 2**20)
+  return {} if m is None else dict(peak_mb=m.peak / compiled.MB,
+                                   temporaries_mb=m.temporaries / compiled.MB)
