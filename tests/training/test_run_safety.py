@@ -3,7 +3,8 @@
 `python -m bert_jax.main` children on one workdir: a second run is refused
 while the first trains (nothing of the first touched), Ctrl-C saves like
 SIGTERM, kill -9 leaves nothing that blocks the next run; a full disk stops
-the run at the next step with one line; bad inputs are one sentence.
+the run at the next step with one line; bad inputs are one sentence (one
+in a child, the others in process).
 """
 
 import os
@@ -21,6 +22,7 @@ from tests import helpers
 from tests.helpers import REPO
 from tests.helpers import TINY_OVERRIDES
 from tests.helpers import child_env
+from tests.helpers import in_process
 from tests.helpers import run_main
 
 SAVE_EVERY = 10
@@ -217,10 +219,22 @@ def _main(*args):
                         text=True, timeout=300)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("case", ["missing_config", "misspelled_override",
-                                  "misspelled_group", "workdir_is_a_file"])
-def test_bad_input_is_one_sentence_and_writes_nothing(tmp_path, case):
+def _main_in_process(*args):
+  return in_process.run_module("main", *args)
+
+
+# One case runs `python -m bert_jax.main` as a user does; the others run the
+# same entry point in this process (no interpreter start-up to pay).
+@pytest.mark.parametrize("case, run", [
+    pytest.param("missing_config", _main, marks=pytest.mark.slow,
+                 id="missing_config"),
+    pytest.param("misspelled_override", _main_in_process,
+                 id="misspelled_override"),
+    pytest.param("misspelled_group", _main_in_process, id="misspelled_group"),
+    pytest.param("workdir_is_a_file", _main_in_process,
+                 id="workdir_is_a_file"),
+])
+def test_bad_input_is_one_sentence_and_writes_nothing(tmp_path, case, run):
   tiny = os.path.join(REPO, "configs", "tiny.py")
   workdir = tmp_path / "run"
   args, expect = {
@@ -241,7 +255,7 @@ def test_bad_input_is_one_sentence_and_writes_nothing(tmp_path, case):
   }[case]
   if case == "workdir_is_a_file":
     workdir.write_text("not a directory")
-  proc = _main(*args, "--workdir", str(workdir))
+  proc = run(*args, "--workdir", str(workdir))
   lines = _ours(proc.stderr)
   assert proc.returncode == 1
   assert 1 <= len(lines) <= 2, proc.stderr[-3000:]
@@ -249,7 +263,7 @@ def test_bad_input_is_one_sentence_and_writes_nothing(tmp_path, case):
   assert "Traceback" not in proc.stderr
   if case != "workdir_is_a_file":
     assert not workdir.exists()
-  verbose = _main(*args, "--workdir", str(workdir), "--verbose")
+  verbose = run(*args, "--workdir", str(workdir), "--verbose")
   assert verbose.returncode != 0 and "Traceback" in verbose.stderr
 
 
