@@ -125,11 +125,16 @@ def child_env(devices: int | None = None, **extra) -> dict:
   return env
 
 
+def tiny_main_args(workdir, *flags) -> list[str]:
+  """`bert_jax.main`'s arguments for the tiny config in `workdir`."""
+  return ["--config", os.path.join(REPO, "configs", "tiny.py"), "--workdir",
+          str(workdir), *TINY_OVERRIDES, *flags]
+
+
 def run_main(workdir, *flags, env=None, timeout=600):
   """Run `python -m bert_jax.main` with the tiny config; returns the result."""
-  cmd = [sys.executable, "-m", "bert_jax.main", "--config",
-         os.path.join(REPO, "configs", "tiny.py"), "--workdir", str(workdir),
-         *TINY_OVERRIDES, *flags]
+  cmd = [sys.executable, "-m", "bert_jax.main",
+         *tiny_main_args(workdir, *flags)]
   return subprocess.run(cmd, cwd=REPO, env=child_env(**(env or {})),
                         capture_output=True, text=True, timeout=timeout)
 

@@ -59,6 +59,13 @@ def run_module(name: str, *args: str) -> subprocess.CompletedProcess:
       output["stdout"], output["stderr"])
 
 
+def run_main(workdir, *flags) -> subprocess.CompletedProcess:
+  """`helpers.run_main`'s command (the tiny config in `workdir`) in this
+  process."""
+  from tests import helpers  # pylint: disable=g-import-not-at-top
+  return run_module("main", *helpers.tiny_main_args(workdir, *flags))
+
+
 def _main_block(module):
   """The body of `module`'s ``if __name__ == "__main__":``, compiled."""
   with open(module.__file__) as f:

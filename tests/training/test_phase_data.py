@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from tests import helpers
+from tests.helpers import in_process
 
 SOURCES = {"a": 300, "b": 100, "c": 50}  # name -> documents
 SEQ = 64
@@ -182,8 +183,8 @@ def test_phase_source_that_matches_nothing_is_refused_naming_the_phase(
             " 'batch_size': 16}, {'num_steps': 2, 'seq_length': 32, "
             "'max_predictions_per_seq': 5, 'batch_size': 16, 'data': "
             f"{{'sources': '{_glob(corpus, 'a')};{missing}@2'}}}})")
-  result = helpers.run_main(workdir, "--config.train.num_steps=4",
-                            f"--config.train.phases={phases}")
+  result = in_process.run_main(workdir, "--config.train.num_steps=4",
+                               f"--config.train.phases={phases}")
   line = helpers.failure_lines(result, max_lines=2)[-1]
   assert line == (f"error: train.phases[1].data.sources: no file matches "
                   f"{missing!r}."), line

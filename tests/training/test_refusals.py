@@ -16,6 +16,7 @@ import pytest
 
 from bert_jax.training import trainer as trainer_lib
 from tests import helpers
+from tests.helpers import in_process
 
 
 def elf_like(seed: int = 0, size: int = 200_000) -> bytes:
@@ -93,13 +94,12 @@ def test_refused_before_anything_is_written(tmp_path, name):
   assert not (tmp_path / "new").exists()
 
 
-@pytest.mark.slow
 def test_refusal_on_the_command_line_is_one_line_and_exit_1(tmp_path):
   workdir = tmp_path / "run"
-  result = helpers.run_main(
+  result = in_process.run_main(
       workdir, "--config.objective.name=electra",
       "--config.objective.generator_hidden_size=3.0",
-      "--config.data.nsp=False", timeout=300)
+      "--config.data.nsp=False")
   (line,) = helpers.failure_lines(result, max_lines=2)[-1:]
   assert line.startswith("error: objective.generator_hidden_size=3.0 must "
                          "be a fraction of model.hidden_size in (0, 1]"), line

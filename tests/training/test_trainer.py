@@ -11,6 +11,7 @@ from bert_jax.training import config_checks
 from bert_jax.training import metrics_writer
 from bert_jax.training import pretraining_input
 from bert_jax.training import trainer as trainer_lib
+from tests.helpers import in_process
 from tests.helpers import run_main
 from tests.helpers import tiny_config
 
@@ -74,7 +75,6 @@ def test_rerun_resumes_from_latest_checkpoint(tmp_path):
   assert "9" in os.listdir(os.path.join(tmp_path, "checkpoints"))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("flag,message", [
     ("--config.model.num_attention_heads=3",
      "model.hidden_size=64 is not divisible by model.num_attention_heads=3"),
@@ -86,7 +86,7 @@ def test_bad_input_fails_with_one_clear_line_and_leaves_workdir(
     tmp_path, flag, message):
   marker = tmp_path / "keep.txt"
   marker.write_text("user data")
-  result = run_main(tmp_path, flag, "--config.train.num_steps=2")
+  result = in_process.run_main(tmp_path, flag, "--config.train.num_steps=2")
   assert result.returncode != 0
   assert message in result.stderr, result.stderr[-2000:]
   assert "Traceback" not in result.stderr
