@@ -583,15 +583,14 @@ def test_binary_source_is_one_error_naming_it(uniq, tmp_path):
   assert str(path) in str(e.value) and "good.txt" not in str(e.value)
 
 
-@pytest.mark.slow
 def test_training_run_on_binary_corpus_is_one_error(tmp_path):
   from tests.helpers import failure_lines
-  from tests.helpers import run_main
+  from tests.helpers import in_process
   from tests.helpers import written_files
   path = tmp_path / "random.bin"
   path.write_bytes(np.random.default_rng(1).bytes(100_000))
-  r = run_main(tmp_path / "w", f"--config.data.train_files={path}",
-               "--config.train.num_steps=2", timeout=300)
+  r = in_process.run_main(tmp_path / "w", f"--config.data.train_files={path}",
+                          "--config.train.num_steps=2")
   lines = failure_lines(r)
   assert "yields no usable sentences" in lines[-1], lines
   assert str(path) in lines[-1], lines

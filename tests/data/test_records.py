@@ -26,6 +26,7 @@ from bert_jax.data import records
 from bert_jax.data import sources as data_sources
 from bert_jax.data import tokenizers
 from tests import helpers
+from tests.helpers import in_process
 
 
 def write_jsonl(path, docs, field="text", join=" "):
@@ -212,7 +213,6 @@ def test_bad_record_is_one_line_and_nothing_is_written(tmp_path, name):
   assert os.listdir(workdir) == []  # No prepared/ directory, nothing in it.
 
 
-@pytest.mark.slow
 def test_bad_record_on_the_command_line(tmp_path):
   """A missing column is found by the startup checks: one line, exit 1,
   before the workdir is taken."""
@@ -220,8 +220,8 @@ def test_bad_record_on_the_command_line(tmp_path):
   d.mkdir()
   write_parquet(d / "c.parquet", [["A sentence."]], field="content")
   workdir = tmp_path / "run"
-  result = helpers.run_main(workdir, f"--config.data.sources=parquet:{d}/*",
-                            timeout=300)
+  result = in_process.run_main(workdir,
+                               f"--config.data.sources=parquet:{d}/*")
   (line,) = helpers.failure_lines(result, max_lines=2)[-1:]
   assert line.startswith(f"error: data.sources: parquet:{d}/*@1 (text field "
                          f"'text'): {d}/c.parquet has no column 'text'"), line
