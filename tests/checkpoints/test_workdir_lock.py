@@ -146,7 +146,7 @@ def test_take_over_never_writes_while_the_holder_keeps_its_lock(tmp_path):
   with one line naming it and the lock file keeps the holder's identity:
   never two writers on one workdir."""
   from tests.helpers import failure_lines
-  from tests.helpers import run_main
+  from tests.helpers import in_process
   from tests.helpers import written_files
   workdir = tmp_path / "run"
   workdir.mkdir()
@@ -162,8 +162,8 @@ def test_take_over_never_writes_while_the_holder_keeps_its_lock(tmp_path):
     assert "its lock is held, so that run is alive" in msg, msg
     # End to end: one line, exit 1, nothing of the holder's touched.
     (line,) = failure_lines(
-        run_main(workdir, "--take_over_workdir", "--config.train.num_steps=2"),
-        max_lines=2)[-1:]
+        in_process.run_main(workdir, "--take_over_workdir",
+                            "--config.train.num_steps=2"), max_lines=2)[-1:]
     assert line.startswith(f"error: Workdir {workdir} is in use by another "
                            f"run (host other-host, pid {holder.pid}"), line
     assert written_files(workdir) == []
