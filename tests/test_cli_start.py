@@ -4,7 +4,8 @@ One pretraining run as a user starts it (no JAX_PLATFORMS, no
 TF_CPP_MIN_LOG_LEVEL in the environment, a ``file://`` workdir), then the
 export of its checkpoint: the run works and neither prints library chatter
 (TensorFlow's "failed call to cuInit" on a CPU start, Orbax's INFO lines
-in an export); ``--verbose`` still shows everything.
+in an export); ``--verbose`` still shows everything. A ``file://`` URL
+naming another host is one line.
 """
 
 import logging
@@ -16,8 +17,7 @@ import pytest
 
 from tests import helpers
 from tests.helpers import REPO
-
-pytestmark = pytest.mark.slow
+from tests.helpers import in_process
 
 
 def _user_env(**extra):
@@ -40,6 +40,7 @@ def first_run(tmp_path_factory):
   return dict(workdir=workdir, proc=proc)
 
 
+@pytest.mark.slow
 def test_file_url_workdir_is_the_local_directory(first_run):
   proc, workdir = first_run["proc"], first_run["workdir"]
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -48,17 +49,16 @@ def test_file_url_workdir_is_the_local_directory(first_run):
   assert not os.path.exists("file:")  # Not a relative directory named so.
 
 
-def test_file_url_naming_another_host_is_one_line(tmp_path):
-  proc = subprocess.run(
-      [sys.executable, "-m", "bert_jax.main", "--config",
-       os.path.join(REPO, "configs", "tiny.py"), "--workdir",
-       "file://otherhost/tmp/run"], cwd=REPO, env=helpers.child_env(),
-      capture_output=True, text=True, timeout=300)
+def test_file_url_naming_another_host_is_one_line():
+  proc = in_process.run_module(
+      "main", "--config", os.path.join(REPO, "configs", "tiny.py"),
+      "--workdir", "file://otherhost/tmp/run")
   (line,) = helpers.failure_lines(proc, max_lines=1)
   assert line.startswith("error: --workdir: file://otherhost/tmp/run names a "
                          "path on host 'otherhost'"), line
 
 
+@pytest.mark.slow
 def test_cpu_start_prints_no_cuda_or_backend_probe(first_run):
   err = first_run["proc"].stderr
   assert first_run["proc"].returncode == 0, err[-3000:]
@@ -68,6 +68,7 @@ def test_cpu_start_prints_no_cuda_or_backend_probe(first_run):
   assert "step 2/2" in err  # Our own lines are all there.
 
 
+@pytest.mark.slow
 def test_export_prints_only_what_it_wrote_unless_verbose(first_run, tmp_path):
   assert first_run["proc"].returncode == 0
   cmd = [sys.executable, "-m", "bert_jax.to_hf", str(first_run["workdir"])]
@@ -85,6 +86,7 @@ def test_export_prints_only_what_it_wrote_unless_verbose(first_run, tmp_path):
   assert "INFO Restoring checkpoint from" in verbose.stderr
 
 
+@pytest.mark.slow
 def test_verbose_keeps_every_library_line(monkeypatch):
   """--verbose: TensorFlow's C++ log level is left alone and the libraries'
   INFO records pass the filter."""
