@@ -1,8 +1,6 @@
 """bert_jax.zero_shot: cloze scores are the fill-mask log-probabilities."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -11,8 +9,7 @@ from bert_jax import zero_shot
 from bert_jax.downstream import cloze
 from bert_jax.downstream import embeddings
 from bert_jax.downstream import mask_filling
-from tests.helpers import REPO
-from tests.helpers import child_env
+from tests.helpers import in_process
 from tests.helpers import tiny_models
 
 TEMPLATE = "{text} It was [MASK]."
@@ -188,7 +185,6 @@ def test_cli_prints_accuracy_of_a_tsv_and_jsonl(tiny, tmp_path, capsys):
           "text)") in out
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("case", ["missing", "no_mask", "empty", "piece"])
 def test_cli_bad_input_is_one_error_line(tiny, tmp_path, case):
   path = _write(tmp_path / "in.tsv", "" if case == "empty" else
@@ -199,9 +195,7 @@ def test_cli_bad_input_is_one_error_line(tiny, tmp_path, case):
   argv = ["--model", tiny["out"], "--input", args.get("input", path),
           "--template", args.get("template", TEMPLATE),
           "--verbalizer", args.get("verbalizer", "terrible,great")]
-  res = subprocess.run([sys.executable, "-m", "bert_jax.zero_shot", *argv],
-                       cwd=REPO, env=child_env(), capture_output=True,
-                       text=True, timeout=300)
+  res = in_process.run_module("zero_shot", *argv)
   assert res.returncode == 1, res.stderr
   lines = res.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr

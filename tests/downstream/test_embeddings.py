@@ -12,6 +12,7 @@ from bert_jax.downstream import embeddings
 from bert_jax.hf import mapping
 from tests.helpers import REPO
 from tests.helpers import child_env
+from tests.helpers import in_process
 from tests.helpers import tiny_models
 
 SENTENCES = [
@@ -185,7 +186,6 @@ def test_cli_writes_vectors_and_per_token_npz(tiny, tmp_path):
   assert z["vectors"].shape == (13, 64) and z["ids"].shape == (13,)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("case", ["missing_input", "empty", "missing_model",
                                   "layer"])
 def test_cli_bad_input_is_one_error_line(tiny, tmp_path, case):
@@ -196,8 +196,9 @@ def test_cli_bad_input_is_one_error_line(tiny, tmp_path, case):
     argv["input"] = str(tmp_path / "nope.txt")
   if case == "missing_model":
     argv["model"] = str(tmp_path / "no_model")
-  res = _run_cli(*[x for k, v in argv.items() for x in (f"--{k}", v)],
-                 *(["--layer", "7"] if case == "layer" else []))
+  res = in_process.run_module(
+      "embed", *[x for k, v in argv.items() for x in (f"--{k}", v)],
+      *(["--layer", "7"] if case == "layer" else []))
   assert res.returncode == 1, res.stderr
   lines = res.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
