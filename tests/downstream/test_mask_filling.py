@@ -182,17 +182,11 @@ def test_text_longer_than_the_model_keeps_the_mask(exported, caplog):
     runner(too_far)
 
 
-@pytest.mark.slow
 def test_cli_errors_are_one_line(exported, tmp_path):
-  import subprocess
-  import sys
-
-  from tests.helpers import child_env
   from tests.helpers import failure_lines
-  r = subprocess.run(
-      [sys.executable, "-m", "bert_jax.fill_mask", "--model", exported["out"],
-       "No mask here."], env=child_env(), capture_output=True, text=True,
-      timeout=300)
+  from tests.helpers import in_process
+  r = in_process.run_module("fill_mask", "--model", exported["out"],
+                            "No mask here.")
   (line,) = failure_lines(r)
   assert line.startswith("error: The text has no [MASK] token"), line
 
