@@ -23,6 +23,7 @@ from bert_jax.downstream import packed_texts
 from bert_jax.downstream import sentence_embeddings
 from bert_jax.tasks import pair_scoring
 from tests import helpers
+from tests.helpers import in_process
 from tests.helpers import tiny_models
 
 DATA = os.path.join(helpers.REPO, "tests", "data_files")
@@ -192,7 +193,7 @@ def test_the_scoring_command_refuses_bad_files_writing_nothing(
           "--output", out, "--run_file", str(tmp_path / "run.trec")]
   if case == "missing_column":
     argv += ["--label_field", "similarity"]
-  res = helpers.run_module("evaluate_embeddings", *argv)
+  res = in_process.run_module("evaluate_embeddings", *argv)
   assert res.returncode == 1
   lines = helpers.failure_lines(res, max_lines=1)
   assert {"qrels_unknown_doc": "document 'ghost' is not in",
