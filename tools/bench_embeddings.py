@@ -20,13 +20,15 @@ model, dtype (float32) and real sentences, the sides take turns
            distinct texts of the training file, both cut at data.seq_length.
   train    pairs/s: our train step (objective "embed", the kind's loss,
            batches from its iterator: texts tokenized once, each batch
-           padded to its bucket) plain and with train.cache_chunk_size=--chunk,
-           vs ``SentenceTransformerTrainer`` (the same rows as a
+           padded to its bucket) plain, on packed rows (data.packing: a
+           batch's texts several a row, no padding computed) and with
+           train.cache_chunk_size=--chunk, vs ``SentenceTransformerTrainer`` (the same rows as a
            ``datasets.Dataset``, its collator tokenizing every batch, the
            library's loss of the same kind and scale, AdamW, the same batch,
            learning rate and dropout), --steps optimizer steps a turn.
-  memory   XLA's per-device memory of our compiled train step, plain and
-           cached, at the same batch (peak bytes and temporaries).
+  memory   XLA's per-device memory of our compiled train step, plain,
+           packed and cached, at the same batch and data.seq_length (peak
+           bytes and temporaries; a packed batch's rows are that long).
 
 Reports the medians and ratios; nothing is written but the report (and
 --json).
@@ -179,8 +181,12 @@ def benchmark(config, rounds, steps, warmup, encode_sentences, chunk,
   benchmarking.alternate(encode, warmup=warmup, rounds=rounds, steps=1)
   cached = config.copy_and_resolve_references()
   cached.train.cache_chunk_size = chunk
+  packed = config.copy_and_resolve_references()
+  packed.data.packing = True
   train_sides = [OurTrain("bert_jax train step", config, source, task, train,
                           evals, tok),
+                 OurTrain("bert_jax train step, packed rows", packed, source,
+                          task, train, evals, tok),
                  OurTrain(f"bert_jax cached (chunks of {chunk})", cached,
                           source, task, train, evals, tok), library]
   benchmarking.alternate(train_sides, warmup=warmup, rounds=rounds,
@@ -195,8 +201,10 @@ def benchmark(config, rounds, steps, warmup, encode_sentences, chunk,
       batch_size=b, seq_length=int(config.data.seq_length), sentences=n,
       rounds=rounds, steps=steps, warmup=warmup, results=rows,
       encode_ratio=rows[0]["sentences_per_s"] / rows[1]["sentences_per_s"],
-      train_ratio=rows[2]["pairs_per_s"] / rows[4]["pairs_per_s"],
+      train_ratio=rows[2]["pairs_per_s"] / rows[5]["pairs_per_s"],
+      packed_train_ratio=rows[3]["pairs_per_s"] / rows[5]["pairs_per_s"],
       memory=dict(plain=benchmarking.train_step_memory(config, 0),
+                  packed=benchmarking.train_step_memory(packed, 0),
                   cached=benchmarking.train_step_memory(config, chunk)),
       load_average=list(os.getloadavg()), cpu_count=os.cpu_count(),
       devices=[d.device_kind for d in jax.devices()])
@@ -213,8 +221,9 @@ def format_report(r: dict) -> str:
             in s else f"{s['pairs_per_s']:.1f} pairs/s")
     lines.append(f"  {s['side']:<40} {what}")
   lines.append(f"encode: bert_jax / sentence-transformers "
-               f"{r['encode_ratio']:.2f}x; train (plain step): "
-               f"{r['train_ratio']:.2f}x")
+               f"{r['encode_ratio']:.2f}x; train: plain step "
+               f"{r['train_ratio']:.2f}x, packed rows "
+               f"{r['packed_train_ratio']:.2f}x")
   for name, m in r["memory"].items():
     if m:
       lines.append(f"memory, {name} step: peak {m['peak_mb']:.1f} MB, "

@@ -121,6 +121,17 @@ def pair_spec(texts: int) -> dict:
   }
 
 
+def packed_pair_spec(texts: int) -> dict:
+  """Packed pairs (data.packing): a batch's texts several a row, as many
+  rows as examples; ``slots`` [texts] is where each of an example's texts
+  sits (its row * S + its place in the row; -1: an empty slot)."""
+  spec = pair_spec(texts)
+  spec.update(PACKING, input_ids=(("T",), np.int32),
+              input_mask=(("T",), np.int32), segment_ids=(("T",), np.int32),
+              slots=((texts,), np.int32))
+  return spec
+
+
 def batch_shapes(spec: dict, batch_size: int, seq_length: int,
                  max_predictions: int = 0, max_sequences: int = 0
                  ) -> dict[str, tuple[tuple, type]]:

@@ -18,6 +18,11 @@ negative; ``scores`` [B] is the pair's gold score (0 without one).
   to a row, for retrieval) once, sorted by length; ``example_index`` [B, K]
   is each slot's text in the split (-1: empty), ``example_weights`` 0 on
   rows that are no training example (padding rows, and text lists).
+* :func:`pack` (``data.packing``): a batch's B x K texts bin-packed into B
+  rows (``features.packed_pair_spec``), each text attending to itself only,
+  with its own positions; ``slots`` [B, K] says where each slot's text sits
+  (row * S + its place in the row), so the step gathers the same [B, K, d]
+  vectors it pools from padded texts, without computing their padding.
 
 Multi-host: every process builds the same global batches and keeps its
 slice, as ``feature_batches``.
@@ -31,6 +36,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from bert_jax.data import feature_batches
+from bert_jax.data import feature_packing
 
 INDEX = feature_batches.INDEX
 STATE_FILE = "pair_iterator.json"
@@ -96,6 +102,61 @@ def rows(texts: Texts, index: np.ndarray, length: int, pad_id: int = 0
               text_ids=index.astype(np.int32))
 
 
+@dataclasses.dataclass(frozen=True)
+class Packing:
+  """Packed rows of a pairs batch: their length is the first of
+  `row_lengths` whose rows hold the batch (``row_lengths_for``), with at
+  most `max_sequences` texts a row."""
+  row_lengths: tuple
+  max_sequences: int
+
+
+def row_lengths_for(lengths: Sequence[int], texts: int) -> tuple:
+  """Row lengths to try: the buckets, then `texts` x the longest bucket,
+  where every example's texts fit one row of their own (so B rows always
+  hold a batch of B examples)."""
+  lengths = tuple(sorted(int(x) for x in lengths))
+  last = texts * lengths[-1]
+  return lengths + ((last,) if last > lengths[-1] else ())
+
+
+def pack(batch: dict, packing: Packing, pad_id: int = 0) -> dict:
+  """`batch` (:func:`rows`' [B, K, L] texts) with its texts packed into B
+  rows of the shortest of ``packing.row_lengths`` that holds them all
+  (best-fit decreasing, ``feature_packing``); the other arrays unchanged.
+  ``slots`` [B, K] is each text's row * S + place (-1: an empty slot)."""
+  ids, mask = batch["input_ids"], batch["input_mask"]
+  b, k, length = ids.shape
+  s = int(packing.max_sequences)
+  if s < k:
+    raise ValueError(f"data.packing_max_sequences={s} must be >= the "
+                     f"{k} texts of an example.")
+  sizes = mask.reshape(b * k, length).sum(-1).astype(np.int32)
+  present = np.flatnonzero(sizes > 0)
+  longest = int(sizes.max()) if len(present) else 1
+  for t in packing.row_lengths:
+    if t < longest:
+      continue
+    rows = feature_packing.best_fit_decreasing(sizes[present], t, s)
+    if len(rows) <= b:
+      break
+  else:
+    raise ValueError(f"{b * k} texts of up to {longest} tokens do not fit "
+                     f"{b} rows of {packing.row_lengths[-1]}.")
+  features = feature_batches.Features(ids.reshape(b * k, length)[present],
+                                      sizes[present], {})
+  out = feature_packing.pack(features, rows, feature_packing.Shape(t, s, 0),
+                             pad_id, num_rows=b)
+  where = out.pop(INDEX)  # [B, S]: each place's text among `present`.
+  del out[feature_packing.WEIGHTS]
+  slots = np.full(b * k, -1, np.int32)
+  r, j = np.nonzero(where >= 0)
+  slots[present[where[r, j]]] = r * s + j
+  rest = {n: v for n, v in batch.items()
+          if n not in ("input_ids", "input_mask", "segment_ids")}
+  return dict(rest, **out, slots=slots.reshape(b, k))
+
+
 class PairIterator(feature_batches.HostShareIterator):
   """Endless shuffled training batches (this host's share of batch_size):
   each epoch visits every example once, in a permutation drawn from (seed,
@@ -105,7 +166,7 @@ class PairIterator(feature_batches.HostShareIterator):
   def __init__(self, texts: Texts, index: np.ndarray, scores: np.ndarray,
                *, batch_size: int, seed: int, lengths: Sequence[int],
                pad_id: int = 0, process_index: int = 0,
-               process_count: int = 1):
+               process_count: int = 1, packing: Packing | None = None):
     feature_batches.check_split(batch_size, process_count)
     if len(index) < batch_size:
       raise ValueError(f"train.batch_size={batch_size} is larger than the "
@@ -114,7 +175,7 @@ class PairIterator(feature_batches.HostShareIterator):
     self.batch_size, self.seed = int(batch_size), int(seed)
     self.lengths = tuple(int(x) for x in lengths)
     self.pad_id, self.process_index = pad_id, process_index
-    self.process_count = process_count
+    self.process_count, self.packing = process_count, packing
     self.stats: dict = {}
     self._epoch, self._pos, self._batches = 0, 0, 0
     self._order = self._permutation(0)
@@ -139,6 +200,8 @@ class PairIterator(feature_batches.HostShareIterator):
     batch = rows(self.texts, chosen, length, self.pad_id)
     batch.update(scores=self.scores[idx].astype(np.float32),
                  example_weights=np.ones(len(idx), np.float32))
+    if self.packing is not None:
+      batch = pack(batch, self.packing, self.pad_id)
     return feature_batches.host_slice(batch, self.process_index,
                                       self.process_count)
 
@@ -163,7 +226,8 @@ class PairIterator(feature_batches.HostShareIterator):
 def _eval_batches(texts: Texts, index: np.ndarray, scores: np.ndarray,
                   weights: np.ndarray, *, batch_size: int,
                   lengths: Sequence[int], pad_id: int, process_index: int,
-                  process_count: int) -> list[dict]:
+                  process_count: int, packing: Packing | None = None
+                  ) -> list[dict]:
   feature_batches.check_split(batch_size, process_count)
   longest = np.max(np.where(index >= 0, texts.lengths[np.maximum(index, 0)],
                             0), axis=1)
@@ -180,6 +244,8 @@ def _eval_batches(texts: Texts, index: np.ndarray, scores: np.ndarray,
                  example_weights=np.r_[weights[idx],
                                        np.zeros(fill)].astype(np.float32))
     batch[INDEX] = chosen.astype(np.int32)
+    if packing is not None:
+      batch = pack(batch, packing, pad_id)
     out.append(feature_batches.host_slice(batch, process_index,
                                           process_count))
   return out

@@ -89,13 +89,15 @@ def task_kind(config) -> tasks.Kind:
 
 
 def check_packing(config, kind: tasks.Kind) -> None:
-  """data.packing needs a kind that reads packed rows (sentence and token
-  tasks); span windows are length-bucketed: one line refuses them before
+  """data.packing needs a kind that reads packed rows (sentence, token and
+  pairs tasks); span windows are length-bucketed: one line refuses them before
   anything is read or written."""
   if config.data.get("packing", False) and not kind.packing:
     kinds = tasks.all_kinds().values()
-    packed = " and ".join(k.name for k in kinds if k.packing)
-    bucketed = " and ".join(k.name for k in kinds if not k.packing)
+    listed = lambda names: (", ".join(names[:-1]) + " and " + names[-1]
+                            if len(names) > 1 else names[0])
+    packed = listed([k.name for k in kinds if k.packing])
+    bucketed = listed([k.name for k in kinds if not k.packing])
     raise ValueError(
         f"data.packing=True with task.kind={kind.name!r}: packed fine-tuning "
         f"rows hold {packed} tasks only; {bucketed} tasks batch their "

@@ -83,15 +83,21 @@ class Input:
     proc = dict(process_index=jax.process_index(),
                 process_count=jax.process_count())
     pad = 0 if tok.pad_id is None else int(tok.pad_id)
+    packing = None
+    if config.data.get("packing", False):
+      packing = pair_batches.Packing(
+          pair_batches.row_lengths_for(lengths, len(task.columns)),
+          int(config.data.packing_max_sequences))
     strings, index = pair_batches.distinct(train.texts)
     scores = (train.scores if train.scores is not None else
               np.zeros(len(train), np.float32))
     self.num_train = len(train)
     self.train_iter = pair_batches.PairIterator(
         wrap(strings), index, scores, batch_size=config.train.batch_size,
-        seed=config.train.seed, lengths=lengths, pad_id=pad, **proc)
+        seed=config.train.seed, lengths=lengths, pad_id=pad, packing=packing,
+        **proc)
     kw = dict(batch_size=config.train.batch_size, lengths=lengths,
-              pad_id=pad, **proc)
+              pad_id=pad, packing=packing, **proc)
     infonce = config.objective.pair_loss == "infonce"
     threshold = float(config.task.get("positive_threshold", 0.5))
     self.data, self.eval_splits = {}, {}

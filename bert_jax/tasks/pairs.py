@@ -12,7 +12,9 @@ from TFDS. The loss (``objective.pair_loss``, ``pair_losses``) is
 in-batch negatives over the whole global batch (rows whose score is below
 ``task.positive_threshold`` are no positive pairs and are left out of its
 training data) or CoSENT on the scores, summed over
-``objective.matryoshka_dims`` prefixes when given.
+``objective.matryoshka_dims`` prefixes when given. Texts are padded to
+their batch's bucket, or, with ``data.packing``, packed several a row
+(``pair_batches.pack``): the same vectors without computing padding.
 
 Evaluation (``pair_scoring``): the validation pairs' cosine similarities
 against their scores, as STS (Spearman, Pearson) or, for 0 / 1 labels, as
@@ -152,15 +154,27 @@ def save(workdir: str, task) -> None:
 # The head's loss and metrics (objectives.Objective pieces).
 # ==============================================================================
 def feature_spec(config):
-  return features.pair_spec(texts_per_example(config))
+  k = texts_per_example(config)
+  if config.data.get("packing", False):
+    return features.packed_pair_spec(k)
+  return features.pair_spec(k)
 
 
 def embed(model, batch, rng, deterministic: bool, config):
-  """Vectors [B, K, d] of the batch's texts, each encoded alone."""
+  """Vectors [B, K, d] of the batch's texts, each encoded alone: from
+  padded texts [B, K, L], or from packed rows (``slots`` [B, K] picks each
+  text's vector among the rows' [B, S])."""
   del config
+  rngs = None if deterministic else nnx.Rngs(dropout=rng)
+  if "slots" in batch:
+    out = model(batch["input_ids"], batch["input_mask"],
+                batch["segment_ids"], deterministic=deterministic, rngs=rngs,
+                **features.packed_inputs(batch))
+    b, s, d = out.shape
+    return jnp.take(out.reshape(b * s, d), jnp.maximum(batch["slots"], 0),
+                    axis=0)
   b, k, length = batch["input_ids"].shape
   flat = lambda name: batch[name].reshape(b * k, length)
-  rngs = None if deterministic else nnx.Rngs(dropout=rng)
   out = model(flat("input_ids"), flat("input_mask"), flat("segment_ids"),
               deterministic=deterministic, rngs=rngs)
   return out.reshape(b, k, -1)
@@ -233,6 +247,7 @@ def validate(config) -> None:
         "are the other examples); use train.cache_chunk_size for batches "
         "larger than fit.")
   t = _task(config)
+  _check_packing(config)
   if o.pair_loss == COSENT and len(columns(config)) != 2:
     raise ValueError(f"task.negative_fields={tuple(t.negative_fields)}: "
                      "CoSENT scores pairs; hard negatives need "
@@ -249,6 +264,25 @@ def validate(config) -> None:
   if metric not in ("", STS, BINARY):
     raise ValueError(f"task.pair_metric={metric!r} must be {STS!r}, "
                      f"{BINARY!r} or '' (from the labels).")
+
+
+def _check_packing(config) -> None:
+  """Packed rows hold an example's K texts (data.packing_max_sequences >=
+  K) and feed the plain step (the cached step's chunks take strided
+  examples, whose texts packing spreads over other rows)."""
+  data = config.data
+  if not data.get("packing", False):
+    return
+  k, s = texts_per_example(config), int(data.packing_max_sequences)
+  if s < k:
+    raise ValueError(f"data.packing_max_sequences={s} must be >= the {k} "
+                     "texts of a training example (anchor, positive, "
+                     "negatives).")
+  if int(config.train.get("cache_chunk_size", 0)):
+    raise ValueError(
+        f"data.packing=True with train.cache_chunk_size="
+        f"{config.train.cache_chunk_size}: the cached-gradient step embeds "
+        "padded texts; set data.packing=False or train.cache_chunk_size=0.")
 
 
 def head_fields(config, model_config) -> dict:
@@ -281,7 +315,7 @@ KIND = tasks.Kind(
     outputs_are_labels=False, config_fields=lambda mc, label_names=(): {},
     feature_spec=feature_spec, loss_sums=loss_sums, counts=counts, loss=loss,
     metrics=metrics, predict=predict, log_keys=(("loss", "loss"),),
-    validate=validate, packing=False, read=read, save=save,
+    validate=validate, packing=True, read=read, save=save,
     make_input=pair_scoring.Input, make_scorer=pair_scoring.Scorer,
     main_score=pair_scoring.main_score, head_fields=head_fields,
     export_files=export_files, split=SplitLoss(embed=embed, sums=sums_from))

@@ -6,9 +6,11 @@ evaluation scores the MRPC dev pairs (paraphrase detection at the best
 threshold) and BEIR files made of them (retrieval), into results.json,
 metrics.jsonl and TensorBoard; the predictions are each pair's similarity
 and a TREC run file whose trec_eval numbers are the reported ones; the
-export loads in SentenceTransformer with the run's vectors. A run killed
-with SIGKILL resumes exactly; bad pair files and BEIR files, and a run
-with nothing to score, are one line before anything is written.
+export loads in SentenceTransformer with the run's vectors. The same run
+on packed rows (data.packing) logs the same losses, scores and
+similarities. A packed run killed with SIGKILL resumes exactly; bad pair
+files and BEIR files, and a run with nothing to score, are one line before
+anything is written.
 """
 
 import json
@@ -50,15 +52,27 @@ def _config(setup, **task):
   config.train.update(init_from=setup["init"], batch_size=16, num_steps=12,
                       learning_rate=1e-3, warmup_steps=2, log_every=4,
                       eval_every=6)
+  # No dropout: the packed run draws its masks over other shapes.
+  config.model.update(helpers.NO_DROPOUT)
   config.checkpoint.async_save = False
   return config
 
 
+def _run(setup, name, **data):
+  workdir = os.path.join(setup["base"], name)
+  config = _config(setup)
+  config.data.update(data)
+  return dict(workdir=workdir, results=finetuning.run(config, workdir))
+
+
 @pytest.fixture(scope="module")
 def finished(setup):
-  workdir = os.path.join(setup["base"], "run")
-  results = finetuning.run(_config(setup), workdir)
-  return dict(workdir=workdir, results=results)
+  return _run(setup, "run")
+
+
+@pytest.fixture(scope="module")
+def packed(setup):
+  return _run(setup, "packed", packing=True, packing_max_sequences=4)
 
 
 def test_a_run_scores_pairs_and_retrieval_at_every_evaluation(finished):
@@ -104,6 +118,32 @@ def test_predictions_are_similarities_and_a_trec_run(finished, setup):
     assert abs(results["scores"]["retrieval"][ours] - mean) < 1e-9
 
 
+def _logged(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [json.loads(l) for l in f]
+
+
+def _similarities(workdir):
+  with open(os.path.join(workdir, "predictions", "validation",
+                         "predictions.jsonl")) as f:
+    return [json.loads(l)["similarity"] for l in f]
+
+
+def test_packed_rows_train_and_score_as_padded_texts(finished, packed):
+  ours, theirs = _logged(packed["workdir"]), _logged(finished["workdir"])
+  assert [r["step"] for r in ours] == [r["step"] for r in theirs]
+  losses = [(a["loss"], b["loss"]) for a, b in zip(ours, theirs)
+            if "loss" in a]
+  assert len(losses) >= 3
+  np.testing.assert_allclose(*zip(*losses), rtol=1e-4)
+  for split, scores in finished["results"]["scores"].items():
+    for name, value in scores.items():
+      assert abs(packed["results"]["scores"][split][name] - value) < 1e-4, (
+          split, name)
+  np.testing.assert_allclose(_similarities(packed["workdir"]),
+                             _similarities(finished["workdir"]), atol=1e-4)
+
+
 def test_the_export_loads_in_sentence_transformers(finished, tmp_path):
   st = pytest.importorskip("sentence_transformers")
   out = str(tmp_path / "export")
@@ -119,7 +159,8 @@ def test_the_export_loads_in_sentence_transformers(finished, tmp_path):
 
 
 # -----------------------------------------------------------------------------
-# kill -9, then the same command: the same losses, bit for bit.
+# kill -9, then the same command: the same losses, bit for bit (packed
+# rows: the iterator's position resumes, packing is a function of a batch).
 # -----------------------------------------------------------------------------
 def _flags(setup, workdir, steps):
   c = _config(setup)
@@ -136,7 +177,8 @@ def _flags(setup, workdir, steps):
           f"--config.train.init_from={setup['init']}",
           "--config.train.batch_size=16", "--config.train.learning_rate=1e-3",
           f"--config.train.num_steps={steps}", "--config.train.log_every=1",
-          "--config.train.eval_every=1000",
+          "--config.train.eval_every=1000", "--config.data.packing=True",
+          "--config.data.packing_max_sequences=4",
           "--config.checkpoint.save_every_steps=5",
           "--config.checkpoint.async_save=False"]
 

@@ -319,7 +319,7 @@ def test_bad_setup_is_one_error_before_anything_is_written(learned, tmp_path,
   elif case == "packing":  # Span windows stay length-bucketed.
     config.data.packing = True
     expected = ("data.packing=True with task.kind='span': packed fine-tuning "
-                "rows hold sentence and token tasks only; span and pairs tasks "
+                "rows hold sentence, token and pairs tasks only; span tasks "
                 "batch their windows by length buckets: set "
                 "data.packing=False.")
   else:

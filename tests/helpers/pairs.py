@@ -4,16 +4,28 @@ the pairs kind (``features.pair_spec``), for the step and mesh tests."""
 from __future__ import annotations
 
 TEXTS = 3  # Anchor, positive, one hard negative.
+# Packed rows: at most this many texts a row, of one of these lengths.
+MAX_SEQUENCES, ROW_LENGTHS = 8, (32, 48, 64)
 
 
-def pairs_config(loss: str, data=1, fsdp=1, tensor=1, chunk=0):
+def pairs_config(loss: str, data=1, fsdp=1, tensor=1, chunk=0,
+                 packing=False):
   """tests.helpers' sharded config with the "embed" objective (`loss`:
-  "infonce" or "cosent"; `chunk`: train.cache_chunk_size)."""
+  "infonce" or "cosent"; `chunk`: train.cache_chunk_size; `packing`:
+  data.packing, at most MAX_SEQUENCES texts a row)."""
   from tests import helpers
   c = helpers.sharded_config(data, fsdp, tensor,
                              train=dict(cache_chunk_size=chunk))
   c.objective.update(name="embed", encoder="bert", pair_loss=loss)
+  c.data.update(packing=packing, packing_max_sequences=MAX_SEQUENCES)
   return c
+
+
+def packed(batch: dict) -> dict:
+  """`batch`'s texts packed into as many rows as it has examples."""
+  from bert_jax.data import pair_batches
+  return pair_batches.pack(batch, pair_batches.Packing(
+      pair_batches.row_lengths_for(ROW_LENGTHS, TEXTS), MAX_SEQUENCES))
 
 
 def pairs_batch(step: int):

@@ -1,8 +1,8 @@
 """tools/bench_embeddings.py and tools/pairs_reference.py run end to end at
 tiny shapes (a 2x64 encoder on MiniLM's vocabulary, real MRPC / STS-B
-slices): every side reports, the cached step's memory is below the plain
-one's, and both implementations score the same start identically (our
-Spearman and sentence-transformers' evaluator on the same model). No
+slices): every side reports, the cached and packed steps' memory is below
+the plain one's, and both implementations score the same start identically
+(our Spearman and sentence-transformers' evaluator on the same model). No
 speed or quality is judged here: that is for a quiet machine."""
 
 import json
@@ -43,12 +43,14 @@ def test_bench_embeddings_reports_every_side(model_dir, tmp_path):
     r = json.load(f)
   assert [s["side"] for s in r["results"]] == [
       "bert_jax packed", "sentence-transformers encode",
-      "bert_jax train step", "bert_jax cached (chunks of 4)",
-      "sentence-transformers trainer"]
+      "bert_jax train step", "bert_jax train step, packed rows",
+      "bert_jax cached (chunks of 4)", "sentence-transformers trainer"]
   assert all(v > 0 for s in r["results"] for k, v in s.items()
              if k != "side")
   m = r["memory"]
   assert m["cached"]["temporaries_mb"] < m["plain"]["temporaries_mb"]
+  # A packed row per example instead of K padded texts.
+  assert m["packed"]["temporaries_mb"] < m["plain"]["temporaries_mb"]
   assert "encode: bert_jax / sentence-transformers" in res.stdout
 
 

@@ -3,7 +3,8 @@
 The pairs kind's train step (InfoNCE with a hard negative, and CoSENT) on
 the same batches gives the same per-step loss on 1 device and on 8
 simulated CPU devices (data parallel 8, FSDP 8, DP 4 x TP 2); the cached-
-gradient step too. A deliberately per-device InfoNCE (each device's
+gradient step too, and the batches' texts packed into rows (data.packing:
+a text's vector gathered from whichever device holds its row). A deliberately per-device InfoNCE (each device's
 anchors against its own rows only, ``shard_map``) trains to other losses,
 which the comparison tells apart. Run as a script, this file is the
 8-device child.
@@ -17,11 +18,13 @@ import sys
 
 import pytest
 
+from tests.helpers.pairs import packed
 from tests.helpers.pairs import pairs_batch
 from tests.helpers.pairs import pairs_config
 
 MESHES = {"single": (1, 1, 1), "dp8": (8, 1, 1), "fsdp8": (1, 8, 1),
           "dp4_tp2": (4, 1, 2)}
+PACKED_MESHES = ("dp8", "fsdp8")
 STEPS = 3
 TOLERANCE = 1e-5
 
@@ -64,8 +67,10 @@ def _losses(config, mesh, objective=None):
   with programs.context():
     state = programs.init()
     for step in range(STEPS):
-      batch = sharding.global_batch(pairs_batch(step),
-                                    programs.batch_sharding)
+      batch = pairs_batch(step)
+      if config.data.packing:
+        batch = packed(batch)
+      batch = sharding.global_batch(batch, programs.batch_sharding)
       state, metrics = programs.train_step(state, batch)
       out.append(float(jax.device_get(metrics["loss"])))
   return out
@@ -88,6 +93,10 @@ def _child(out_path: str) -> None:
   config = pairs_config("infonce", 8, chunk=8)
   mesh = sharding.make_mesh(config.mesh, jax.devices())
   out["infonce/dp8_cached"] = _losses(config, mesh)
+  for name in PACKED_MESHES:
+    config = pairs_config("infonce", *MESHES[name], packing=True)
+    mesh = sharding.make_mesh(config.mesh, jax.devices())
+    out[f"infonce/{name}_packed"] = _losses(config, mesh)
   config = pairs_config("infonce", 8)
   mesh = sharding.make_mesh(config.mesh, jax.devices())
   out["infonce/dp8_per_device"] = _losses(
@@ -116,6 +125,9 @@ def test_global_negatives_give_one_loss_on_any_mesh(tmp_path):
           loss, name, losses)
   assert rel(losses["infonce/dp8_cached"], losses["infonce/single"]) < (
       TOLERANCE), losses
+  for name in PACKED_MESHES:
+    assert rel(losses[f"infonce/{name}_packed"], losses["infonce/single"]) < (
+        TOLERANCE), (name, losses)
   # Each device's 2 anchors against 2 x 2 candidates, not 16 x 2: another
   # loss from the first step on.
   assert rel(losses["infonce/dp8_per_device"], losses["infonce/single"]) > (
