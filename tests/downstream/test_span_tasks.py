@@ -20,8 +20,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -32,6 +30,7 @@ from bert_jax.data import tokenizers
 from bert_jax.downstream import finetuning
 from bert_jax.tasks import squad_metrics
 from tests import helpers
+from tests.helpers import in_process
 from tests.helpers import span_tag_tasks
 from tests.helpers import tiny_models
 
@@ -263,15 +262,13 @@ def test_squad_answer_start_off_its_text_is_one_line(learned, tmp_path):
       "context": "Paris is in France.", "qas": [{
           "id": "q1", "question": "Where?",
           "answers": [{"text": "France", "answer_start": 3}]}]}]}]}))
-  result = subprocess.run(
-      [sys.executable, "-m", "bert_jax.finetune", "--config",
-       os.path.join(helpers.REPO, "configs", "squad.py"), "--workdir",
-       str(tmp_path / "out"), "--config.task.name=mine",
-       f"--config.task.train_file={bad}",
-       f"--config.task.validation_file={learned['dev']}",
-       f"--config.train.init_from={learned['hf']['out']}"],
-      cwd=helpers.REPO, env=helpers.child_env(), capture_output=True,
-      text=True, timeout=600)
+  result = in_process.run_module(
+      "finetune", "--config",
+      os.path.join(helpers.REPO, "configs", "squad.py"), "--workdir",
+      str(tmp_path / "out"), "--config.task.name=mine",
+      f"--config.task.train_file={bad}",
+      f"--config.task.validation_file={learned['dev']}",
+      f"--config.train.init_from={learned['hf']['out']}")
   lines = helpers.failure_lines(result)  # absl's E line, then error:.
   assert lines[-1] == (
       f"error: {bad}: question 'q1': answer_start=3 points at 'is is ', "
