@@ -22,7 +22,9 @@ negative; ``scores`` [B] is the pair's gold score (0 without one).
   rows (``features.packed_pair_spec``), each text attending to itself only,
   with its own positions; ``slots`` [B, K] says where each slot's text sits
   (row * S + its place in the row), so the step gathers the same [B, K, d]
-  vectors it pools from padded texts, without computing their padding.
+  vectors it pools from padded texts, without computing their padding. For
+  the cached-gradient step each chunk of examples is packed into its own
+  rows, so a chunk embeds alone.
 
 Multi-host: every process builds the same global batches and keeps its
 slice, as ``feature_batches``.
@@ -106,9 +108,12 @@ def rows(texts: Texts, index: np.ndarray, length: int, pad_id: int = 0
 class Packing:
   """Packed rows of a pairs batch: their length is the first of
   `row_lengths` whose rows hold the batch (``row_lengths_for``), with at
-  most `max_sequences` texts a row."""
+  most `max_sequences` texts a row. With `chunks` = k > 1 (the cached-
+  gradient step's chunks: rows c, c + k, c + 2k, ...), each chunk's texts
+  are packed into the chunk's own rows."""
   row_lengths: tuple
   max_sequences: int
+  chunks: int = 1
 
 
 def row_lengths_for(lengths: Sequence[int], texts: int) -> tuple:
@@ -120,41 +125,64 @@ def row_lengths_for(lengths: Sequence[int], texts: int) -> tuple:
   return lengths + ((last,) if last > lengths[-1] else ())
 
 
-def pack(batch: dict, packing: Packing, pad_id: int = 0) -> dict:
-  """`batch` (:func:`rows`' [B, K, L] texts) with its texts packed into B
-  rows of the shortest of ``packing.row_lengths`` that holds them all
-  (best-fit decreasing, ``feature_packing``); the other arrays unchanged.
-  ``slots`` [B, K] is each text's row * S + place (-1: an empty slot)."""
-  ids, mask = batch["input_ids"], batch["input_mask"]
-  b, k, length = ids.shape
-  s = int(packing.max_sequences)
-  if s < k:
-    raise ValueError(f"data.packing_max_sequences={s} must be >= the "
-                     f"{k} texts of an example.")
-  sizes = mask.reshape(b * k, length).sum(-1).astype(np.int32)
-  present = np.flatnonzero(sizes > 0)
-  longest = int(sizes.max()) if len(present) else 1
+def _rows_of(sizes: np.ndarray, packing: Packing, num_rows: int
+             ) -> tuple[int, list]:
+  """(row length, per chunk its rows of text indices): the shortest
+  length at which every chunk's texts fit its `num_rows` rows."""
+  longest = int(sizes.max()) if sizes.size else 1
   for t in packing.row_lengths:
     if t < longest:
       continue
-    rows = feature_packing.best_fit_decreasing(sizes[present], t, s)
-    if len(rows) <= b:
-      break
-  else:
-    raise ValueError(f"{b * k} texts of up to {longest} tokens do not fit "
-                     f"{b} rows of {packing.row_lengths[-1]}.")
-  features = feature_batches.Features(ids.reshape(b * k, length)[present],
-                                      sizes[present], {})
-  out = feature_packing.pack(features, rows, feature_packing.Shape(t, s, 0),
-                             pad_id, num_rows=b)
-  where = out.pop(INDEX)  # [B, S]: each place's text among `present`.
-  del out[feature_packing.WEIGHTS]
-  slots = np.full(b * k, -1, np.int32)
-  r, j = np.nonzero(where >= 0)
-  slots[present[where[r, j]]] = r * s + j
-  rest = {n: v for n, v in batch.items()
-          if n not in ("input_ids", "input_mask", "segment_ids")}
-  return dict(rest, **out, slots=slots.reshape(b, k))
+    rows = [feature_packing.best_fit_decreasing(
+        c[c > 0], t, packing.max_sequences) for c in sizes]
+    if all(len(r) <= num_rows for r in rows):
+      return t, rows
+  raise ValueError(f"{sizes.size} texts of up to {longest} tokens do not "
+                   f"fit rows of {packing.row_lengths[-1]}.")
+
+
+def pack(batch: dict, packing: Packing, pad_id: int = 0) -> dict:
+  """`batch` (:func:`rows`' [B, K, L] texts) with its texts packed into B
+  rows of the shortest of ``packing.row_lengths`` that holds them all
+  (best-fit decreasing, ``feature_packing``), chunk by chunk; the other
+  arrays unchanged. ``slots`` [B, K] is each text's place among its
+  chunk's rows: row within the chunk * S + place (-1: an empty slot)."""
+  ids, mask = batch["input_ids"], batch["input_mask"]
+  b, k, length = ids.shape
+  s, n = int(packing.max_sequences), int(packing.chunks)
+  if s < k:
+    raise ValueError(f"data.packing_max_sequences={s} must be >= the "
+                     f"{k} texts of an example.")
+  if b % n:
+    raise ValueError(f"{b} examples do not make {n} equal chunks.")
+  # Chunk c: examples (and rows) c, c + n, ...; its texts in example order.
+  sizes = mask.sum(-1).astype(np.int32)  # [B, K]
+  chunk_sizes = np.stack([sizes[c::n].reshape(-1) for c in range(n)])
+  t, chunk_rows = _rows_of(chunk_sizes, packing, b // n)
+  out = {name: np.zeros((b, t), np.int32) for name in
+         ("input_ids", "input_mask", "segment_ids", "sequence_ids",
+          "position_ids")}
+  out["input_ids"][:] = pad_id
+  out["cls_positions"] = np.zeros((b, s), np.int32)
+  slots = np.full((b, k), -1, np.int32)
+  for c, rows in enumerate(chunk_rows):
+    texts = ids[c::n].reshape(-1, length)
+    present = np.flatnonzero(chunk_sizes[c] > 0)
+    features = feature_batches.Features(texts[present],
+                                        chunk_sizes[c][present], {})
+    got = feature_packing.pack(features, rows,
+                               feature_packing.Shape(t, s, 0), pad_id,
+                               num_rows=b // n)
+    for name in out:
+      out[name][c::n] = got[name]
+    where = got[INDEX]  # [B / n, S]: each place's text among `present`.
+    r, j = np.nonzero(where >= 0)
+    chunk_slots = slots[c::n].reshape(-1)
+    chunk_slots[present[where[r, j]]] = r * s + j
+    slots[c::n] = chunk_slots.reshape(-1, k)
+  rest = {name: v for name, v in batch.items()
+          if name not in ("input_ids", "input_mask", "segment_ids")}
+  return dict(rest, **out, slots=slots)
 
 
 class PairIterator(feature_batches.HostShareIterator):

@@ -19,6 +19,7 @@ row, texts, score and similarity) and ``predictions/retrieval/run.trec``
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -83,19 +84,23 @@ class Input:
     proc = dict(process_index=jax.process_index(),
                 process_count=jax.process_count())
     pad = 0 if tok.pad_id is None else int(tok.pad_id)
-    packing = None
+    packing = train_packing = None
     if config.data.get("packing", False):
       packing = pair_batches.Packing(
           pair_batches.row_lengths_for(lengths, len(task.columns)),
           int(config.data.packing_max_sequences))
+      chunk = int(config.train.get("cache_chunk_size", 0))
+      # The cached step embeds its chunks apart: each packed on its own.
+      train_packing = dataclasses.replace(
+          packing, chunks=config.train.batch_size // chunk if chunk else 1)
     strings, index = pair_batches.distinct(train.texts)
     scores = (train.scores if train.scores is not None else
               np.zeros(len(train), np.float32))
     self.num_train = len(train)
     self.train_iter = pair_batches.PairIterator(
         wrap(strings), index, scores, batch_size=config.train.batch_size,
-        seed=config.train.seed, lengths=lengths, pad_id=pad, packing=packing,
-        **proc)
+        seed=config.train.seed, lengths=lengths, pad_id=pad,
+        packing=train_packing, **proc)
     kw = dict(batch_size=config.train.batch_size, lengths=lengths,
               pad_id=pad, packing=packing, **proc)
     infonce = config.objective.pair_loss == "infonce"

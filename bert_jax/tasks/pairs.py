@@ -267,9 +267,8 @@ def validate(config) -> None:
 
 
 def _check_packing(config) -> None:
-  """Packed rows hold an example's K texts (data.packing_max_sequences >=
-  K) and feed the plain step (the cached step's chunks take strided
-  examples, whose texts packing spreads over other rows)."""
+  """Packed rows hold an example's K texts: data.packing_max_sequences >=
+  K."""
   data = config.data
   if not data.get("packing", False):
     return
@@ -278,11 +277,6 @@ def _check_packing(config) -> None:
     raise ValueError(f"data.packing_max_sequences={s} must be >= the {k} "
                      "texts of a training example (anchor, positive, "
                      "negatives).")
-  if int(config.train.get("cache_chunk_size", 0)):
-    raise ValueError(
-        f"data.packing=True with train.cache_chunk_size="
-        f"{config.train.cache_chunk_size}: the cached-gradient step embeds "
-        "padded texts; set data.packing=False or train.cache_chunk_size=0.")
 
 
 def head_fields(config, model_config) -> dict:

@@ -3,9 +3,9 @@
 A batch's B x K texts packed into B rows hold every text once, whole,
 with its own positions, in the shortest row length that holds them; the
 train step on the packed rows has the padded step's loss and gradients
-(InfoNCE with a hard negative, CoSENT); packing is refused where an
-example's texts cannot share a row or the cached-gradient step would chunk
-them apart. (8 devices: tests/training/test_pairs_mesh.py; a whole run and
+(InfoNCE with a hard negative, CoSENT), and so does the cached-gradient
+step on rows packed chunk by chunk; packing is refused where an example's
+texts cannot share a row. (8 devices: tests/training/test_pairs_mesh.py; a whole run and
 its resume: tests/downstream/test_pairs_finetune.py.)
 """
 
@@ -15,9 +15,12 @@ import pytest
 
 from bert_jax.data import pair_batches
 from bert_jax.tasks import pairs
+from bert_jax.training import cached_gradients
 from bert_jax.training import sharding
 from bert_jax.training import steps as steps_lib
 from tests.helpers import pairs as pair_fixtures
+
+CHUNK = 4
 
 
 def _with_empty_slots(batch: dict) -> dict:
@@ -97,17 +100,40 @@ def test_packed_loss_and_gradients_equal_the_padded_steps(loss):
                                atol=1e-5 * scale, rtol=1e-5, err_msg=str(path))
 
 
-@pytest.mark.parametrize("case", ["too_few_slots", "cached_step"])
-def test_packing_is_refused_where_it_cannot_hold_the_examples(case):
+def test_the_cached_step_on_packed_chunks_is_the_padded_plain_step():
+  config = pair_fixtures.pairs_config("infonce")
+  programs = steps_lib.Programs(config, sharding.make_mesh(config.mesh))
+  batch = pair_fixtures.pairs_batch(2)
+  with programs.context():
+    params = programs.init()["params"]
+  plain_loss, plain = jax.value_and_grad(steps_lib.batch_loss)(
+      params, batch, graphdef=programs.graphdef, config=config,
+      objective=programs.objective)
+  cached = pair_fixtures.pairs_config("infonce", chunk=CHUNK, packing=True)
+  chunks = len(batch["input_ids"]) // CHUNK
+  packed_batch = pair_fixtures.packed(batch, chunks)
+  # Each chunk's slots point into the chunk's own rows.
+  assert packed_batch["slots"].max() < CHUNK * pair_fixtures.MAX_SEQUENCES
+  objective = programs.objective
+  grads, sums = jax.jit(lambda p, b: cached_gradients.gradients(
+      p, b, jax.random.key(0), objective.counts(b, cached),
+      graphdef=programs.graphdef, objective=objective, config=cached))(
+          params, packed_batch)
+  counts = objective.counts(packed_batch, cached)
+  np.testing.assert_allclose(float(objective.loss(sums, counts, cached)),
+                             float(plain_loss), rtol=1e-5)
+  flat = jax.tree.leaves_with_path(plain)
+  scale = max(float(np.abs(g).max()) for _, g in flat)
+  for (path, g), c in zip(flat, jax.tree.leaves(grads)):
+    np.testing.assert_allclose(np.asarray(c), np.asarray(g),
+                               atol=1e-5 * scale, rtol=1e-5, err_msg=str(path))
+
+
+def test_fewer_slots_a_row_than_texts_an_example_is_refused():
   config = pair_fixtures.pairs_config("infonce", packing=True)
-  if case == "too_few_slots":  # An anchor and its positive: two texts.
-    config.data.packing_max_sequences = 1
-    expected = ("data.packing_max_sequences=1 must be >= the 2 texts of a "
-                "training example")
-  else:
-    config.train.cache_chunk_size = 4
-    expected = ("data.packing=True with train.cache_chunk_size=4: the "
-                "cached-gradient step embeds padded texts")
+  config.data.packing_max_sequences = 1  # An anchor and its positive: 2.
   with pytest.raises(ValueError) as e:
     pairs.validate(config)
-  assert str(e.value).startswith(expected), e.value
+  assert str(e.value).startswith(
+      "data.packing_max_sequences=1 must be >= the 2 texts of a training "
+      "example"), e.value

@@ -21,11 +21,13 @@ def pairs_config(loss: str, data=1, fsdp=1, tensor=1, chunk=0,
   return c
 
 
-def packed(batch: dict) -> dict:
-  """`batch`'s texts packed into as many rows as it has examples."""
+def packed(batch: dict, chunks: int = 1) -> dict:
+  """`batch`'s texts packed into as many rows as it has examples (each of
+  `chunks` chunks into its own rows, as the cached step embeds them)."""
   from bert_jax.data import pair_batches
   return pair_batches.pack(batch, pair_batches.Packing(
-      pair_batches.row_lengths_for(ROW_LENGTHS, TEXTS), MAX_SEQUENCES))
+      pair_batches.row_lengths_for(ROW_LENGTHS, TEXTS), MAX_SEQUENCES,
+      chunks))
 
 
 def pairs_batch(step: int):

@@ -4,7 +4,8 @@ The pairs kind's train step (InfoNCE with a hard negative, and CoSENT) on
 the same batches gives the same per-step loss on 1 device and on 8
 simulated CPU devices (data parallel 8, FSDP 8, DP 4 x TP 2); the cached-
 gradient step too, and the batches' texts packed into rows (data.packing:
-a text's vector gathered from whichever device holds its row). A deliberately per-device InfoNCE (each device's
+a text's vector gathered from whichever device holds its row; chunk by
+chunk for the cached step). A deliberately per-device InfoNCE (each device's
 anchors against its own rows only, ``shard_map``) trains to other losses,
 which the comparison tells apart. Run as a script, this file is the
 8-device child.
@@ -69,7 +70,9 @@ def _losses(config, mesh, objective=None):
     for step in range(STEPS):
       batch = pairs_batch(step)
       if config.data.packing:
-        batch = packed(batch)
+        chunk = config.train.cache_chunk_size
+        batch = packed(batch, config.train.batch_size // chunk if chunk
+                       else 1)
       batch = sharding.global_batch(batch, programs.batch_sharding)
       state, metrics = programs.train_step(state, batch)
       out.append(float(jax.device_get(metrics["loss"])))
@@ -97,6 +100,9 @@ def _child(out_path: str) -> None:
     config = pairs_config("infonce", *MESHES[name], packing=True)
     mesh = sharding.make_mesh(config.mesh, jax.devices())
     out[f"infonce/{name}_packed"] = _losses(config, mesh)
+  config = pairs_config("infonce", 8, chunk=8, packing=True)
+  mesh = sharding.make_mesh(config.mesh, jax.devices())
+  out["infonce/dp8_cached_packed"] = _losses(config, mesh)
   config = pairs_config("infonce", 8)
   mesh = sharding.make_mesh(config.mesh, jax.devices())
   out["infonce/dp8_per_device"] = _losses(
@@ -125,7 +131,7 @@ def test_global_negatives_give_one_loss_on_any_mesh(tmp_path):
           loss, name, losses)
   assert rel(losses["infonce/dp8_cached"], losses["infonce/single"]) < (
       TOLERANCE), losses
-  for name in PACKED_MESHES:
+  for name in PACKED_MESHES + ("dp8_cached",):
     assert rel(losses[f"infonce/{name}_packed"], losses["infonce/single"]) < (
         TOLERANCE), (name, losses)
   # Each device's 2 anchors against 2 x 2 candidates, not 16 x 2: another
