@@ -11,12 +11,12 @@ its traceback and is 1), stdout and stderr, read from file descriptors 1 and
 
 Each call starts from the state of a new process and leaves the process as
 it found it: absl's flags unparsed (before and after) and its app's start-up
-done afresh (its log handler, the verbosity it sets), Python's root logger
-without handlers (caplog sees nothing of the call), `bert_jax.error_reports`
-with no details file open, and restored afterwards: sys.argv, the
-environment, the log handlers, filters and levels, the exception hooks, the
-SIGINT handler and file descriptors 1 and 2 (a failed job points 2 at its
-details file).
+done afresh (its log handler, the verbosity it sets; not its faulthandler,
+which stays pytest's), Python's root logger without handlers (caplog sees
+nothing of the call), `bert_jax.error_reports` with no details file open;
+restored afterwards: sys.argv, the environment, the log handlers, filters
+and levels, the exception hooks, the SIGINT handler and file descriptors 1
+and 2 (a failed job points 2 at its details file).
 
 What only a child tests: the interpreter's start and exit (import-time
 settings such as TF_CPP_MIN_LOG_LEVEL, exit handlers, late writes of
@@ -37,6 +37,12 @@ import sys
 import tempfile
 import threading
 import traceback
+
+from absl import app
+from absl import logging as absl_logging
+
+from bert_jax import error_reports
+from tests import helpers
 
 
 def run_module(name: str, *args: str) -> subprocess.CompletedProcess:
@@ -62,7 +68,6 @@ def run_module(name: str, *args: str) -> subprocess.CompletedProcess:
 def run_main(workdir, *flags) -> subprocess.CompletedProcess:
   """`helpers.run_main`'s command (the tiny config in `workdir`) in this
   process."""
-  from tests import helpers  # pylint: disable=g-import-not-at-top
   return run_module("main", *helpers.tiny_main_args(workdir, *flags))
 
 
@@ -119,12 +124,7 @@ def _captured(output: dict):
 def _new_process_state(argv: list[str]):
   """sys.argv `argv` and the rest of a new process's state (module
   docstring) while the block runs; the process's own afterwards."""
-  from absl import app  # pylint: disable=g-import-not-at-top
-  from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
-
-  from bert_jax import error_reports  # pylint: disable=g-import-not-at-top
-  from tests import helpers  # pylint: disable=g-import-not-at-top
-
+  # pylint: disable=protected-access
   root, absl_logger = logging.getLogger(), logging.getLogger("absl")
   absl_handler = absl_logging.get_absl_handler()
   saved = dict(
@@ -133,31 +133,36 @@ def _new_process_state(argv: list[str]):
                                                  absl_logger.level),
       absl_stream=absl_handler.python_handler.stream,
       absl_filters=list(absl_handler.filters),
-      details=(error_reports._path, error_reports._fd),  # pylint: disable=protected-access
+      details=(error_reports._path, error_reports._fd),
       hooks=(threading.excepthook, sys.excepthook, sys.unraisablehook),
       sigint=signal.getsignal(signal.SIGINT),
-      app_started=(app._run_init.done,  # pylint: disable=protected-access
-                   app._register_and_parse_flags_with_usage.done))  # pylint: disable=protected-access
+      app_started=(app._run_init.done,
+                   app._register_and_parse_flags_with_usage.done),
+      faulthandler=app.faulthandler)
   helpers.unparse_flags()
-  app._run_init.done = False  # pylint: disable=protected-access
-  app._register_and_parse_flags_with_usage.done = False  # pylint: disable=protected-access
+  app._run_init.done = False
+  app._register_and_parse_flags_with_usage.done = False
+  # The faulthandler pytest enabled keeps writing to the real stderr (app.run
+  # would point it at file descriptor 2, the captured one).
+  app.faulthandler = None
   sys.argv = list(argv)
   root.handlers = []
   root.setLevel(logging.WARNING)
   absl_logger.setLevel(logging.NOTSET)
   absl_handler.python_handler.stream = sys.stderr
-  error_reports._path, error_reports._fd = None, None  # pylint: disable=protected-access
+  error_reports._path, error_reports._fd = None, None
   try:
     yield
   finally:
-    if error_reports._fd is not None:  # pylint: disable=protected-access
-      os.close(error_reports._fd)  # pylint: disable=protected-access
-    error_reports._path, error_reports._fd = saved["details"]  # pylint: disable=protected-access
+    if error_reports._fd is not None:
+      os.close(error_reports._fd)
+    error_reports._path, error_reports._fd = saved["details"]
     threading.excepthook, sys.excepthook, sys.unraisablehook = saved["hooks"]
     signal.signal(signal.SIGINT, saved["sigint"])
     helpers.unparse_flags()
-    (app._run_init.done,  # pylint: disable=protected-access
-     app._register_and_parse_flags_with_usage.done) = saved["app_started"]  # pylint: disable=protected-access
+    (app._run_init.done,
+     app._register_and_parse_flags_with_usage.done) = saved["app_started"]
+    app.faulthandler = saved["faulthandler"]
     absl_handler.python_handler.stream = saved["absl_stream"]
     absl_handler.filters[:] = saved["absl_filters"]
     root.handlers = saved["root_handlers"]
