@@ -7,7 +7,8 @@ pairs kind's train iterator and saved as numpy), our train step with the
 "embed" objective gives per step the loss of sentence-transformers'
 ``MultipleNegativesRankingLoss`` (anchor, positive, hard negative: MRPC
 paraphrases against another pair's sentence; also symmetric, and under
-``MatryoshkaLoss``) and ``CoSENTLoss`` (STS-B scores), trained by the
+``MatryoshkaLoss``; also with our batches' texts packed into rows,
+``data.packing``) and ``CoSENTLoss`` (STS-B scores), trained by the
 shared PyTorch loop (``tests/helpers/torch_reference.py``: AdamW, linear
 warmup and decay, clipping at 1.0). fp32, dropout 0; batches hold no
 duplicate text (which our loss masks and the library's does not). InfoNCE's
@@ -86,13 +87,15 @@ def _config(loss: str, base: str, **objective):
   return config
 
 
-def _our_run(base: str, loss: str, **objective):
-  """NUM_STEPS of our train step; (hparams, losses, ST dir of the initial
-  params, saved batches)."""
+def _our_run(base: str, loss: str, packing: bool, **objective):
+  """NUM_STEPS of our train step (on the batches' texts packed into rows
+  with `packing`); (hparams, losses, ST dir of the initial params, saved
+  padded batches)."""
   from flax import nnx
 
   from bert_jax import compose
   from bert_jax import export
+  from bert_jax.data import pair_batches
   from bert_jax.data import tokenizers
   from bert_jax.hf import tokenizer_files
   from bert_jax.tasks import pairs
@@ -100,10 +103,13 @@ def _our_run(base: str, loss: str, **objective):
   from bert_jax.training import steps as steps_lib
 
   config = _config(loss, base, **objective)
+  config.data.update(packing=packing, packing_max_sequences=4)
   vocab = os.path.join(minilm_dir(), "vocab.txt")
   tok = tokenizers.load(vocab, "wordpiece", True)
   task, train, evals = pairs.read(config, "")
-  task_input = pairs.KIND.make_input(config, tok, task, train, evals)
+  padded = config.copy_and_resolve_references()
+  padded.data.packing = False  # The library's batches.
+  task_input = pairs.KIND.make_input(padded, tok, task, train, evals)
   objective_ = compose.objective(config)
   programs = steps_lib.Programs(config, sharding.make_mesh(config.mesh),
                                 objective_)
@@ -124,7 +130,14 @@ def _our_run(base: str, loss: str, **objective):
   batch_path = torch_reference.save_batches(
       os.path.join(base, "batches.npz"), batches)
   losses = []
+  # Rows of 8-token steps: texts of several examples share rows.
+  packing_ = pair_batches.Packing(tuple(range(16, 97, 8)), 4)
   for local in batches:
+    if packing:
+      local = pair_batches.pack(local, packing_)
+      rows = local["slots"] // 4
+      assert any(len(set(np.flatnonzero((rows == r).any(1)))) > 1
+                 for r in range(len(rows)))
     with programs.context():
       state, metrics = programs.train_step(
           state, sharding.global_batch(local, programs.batch_sharding))
@@ -164,19 +177,21 @@ def reference_losses(init_dir, batch_path, loss: str, scale: float,
   return torch_reference.train_losses(model, batch_path, loss_fn, **hparams)
 
 
-CASES = {
-    "infonce_hard_negatives": ("infonce", {}),
-    "infonce_symmetric": ("infonce", dict(pair_symmetric=True)),
-    "infonce_matryoshka": ("infonce", dict(matryoshka_dims=(64, 16))),
-    "cosent": ("cosent", {}),
+CASES = {  # name: (loss, objective fields, data.packing)
+    "infonce_hard_negatives": ("infonce", {}, False),
+    "infonce_hard_negatives_packed": ("infonce", {}, True),
+    "infonce_symmetric": ("infonce", dict(pair_symmetric=True), False),
+    "infonce_matryoshka": ("infonce", dict(matryoshka_dims=(64, 16)), False),
+    "cosent": ("cosent", {}, False),
+    "cosent_packed": ("cosent", {}, True),
 }
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))
 def case(request, tmp_path_factory):
-  loss, objective = CASES[request.param]
+  loss, objective, packing = CASES[request.param]
   base = str(tmp_path_factory.mktemp(request.param))
-  return (loss, objective) + _our_run(base, loss, **objective)
+  return (loss, objective) + _our_run(base, loss, packing, **objective)
 
 
 def test_per_step_loss_equals_sentence_transformers(case):
