@@ -88,12 +88,14 @@ def embedding(seq, input_mask, pooling: str, normalize: bool,
               sequence_ids=None, cls_positions=None):
   """Sentence vectors in float32 from token states: :func:`pool_tokens`,
   then, with `normalize`, divided by their L2 norm (at least 1e-12, as
-  torch's ``F.normalize``)."""
+  torch's ``F.normalize``). The floor is taken under the square root, so a
+  zero vector (a packed row's empty slot) has a zero gradient, not
+  0 x inf = NaN."""
   h = pool_tokens(seq.astype(jnp.float32), input_mask, pooling, sequence_ids,
                   cls_positions)
   if normalize:
-    norm = jnp.sqrt(jnp.sum(h * h, axis=-1, keepdims=True))
-    h = h / jnp.maximum(norm, 1e-12)
+    squared = jnp.sum(h * h, axis=-1, keepdims=True)
+    h = h / jnp.sqrt(jnp.maximum(squared, 1e-24))
   return h
 
 

@@ -74,11 +74,26 @@ def test_b_rows_always_hold_a_batch_of_the_longest_texts():
   assert out["input_mask"].sum() == batch["input_mask"].sum()
 
 
-@pytest.mark.parametrize("loss", ["infonce", "cosent"])
-def test_packed_loss_and_gradients_equal_the_padded_steps(loss):
+def _short(batch: dict, longest: int) -> dict:
+  """The batch's texts cut to `longest` tokens."""
+  batch = dict(batch)
+  keep = np.arange(batch["input_ids"].shape[-1]) < longest
+  batch["input_mask"] = batch["input_mask"] * keep
+  batch["input_ids"] = batch["input_ids"] * batch["input_mask"]
+  return batch
+
+
+@pytest.mark.parametrize("loss,normalize,longest", [
+    ("infonce", False, 32), ("cosent", False, 32),
+    # Short texts leave empty rows and slots: zero vectors, whose L2
+    # normalisation must pass no NaN back.
+    ("infonce", True, 8), ("cosent", True, 8)])
+def test_packed_loss_and_gradients_equal_the_padded_steps(loss, normalize,
+                                                          longest):
   config = pair_fixtures.pairs_config(loss)
+  config.model.embedding_normalize = normalize
   programs = steps_lib.Programs(config, sharding.make_mesh(config.mesh))
-  batch = pair_fixtures.pairs_batch(0)
+  batch = _short(pair_fixtures.pairs_batch(0), longest)
   if loss == "cosent":  # Pairs: CoSENT scores two texts.
     batch = {k: (v[:, :2] if v.ndim > 1 else v) for k, v in batch.items()}
   with programs.context():
@@ -88,8 +103,11 @@ def test_packed_loss_and_gradients_equal_the_padded_steps(loss):
       objective=programs.objective)
   padded_loss, padded = grad(config, batch)
   packed_config = pair_fixtures.pairs_config(loss, packing=True)
+  packed_config.model.embedding_normalize = normalize
   packed_batch = pair_fixtures.packed(batch)
   assert packed_batch["input_mask"].size < batch["input_mask"].size
+  if longest < 32:
+    assert not packed_batch["input_mask"].any(1).all()  # An empty row.
   packed_loss, packed = grad(packed_config, packed_batch)
   np.testing.assert_allclose(float(packed_loss), float(padded_loss),
                              rtol=1e-5)
