@@ -16,7 +16,8 @@ Add --config.task.retrieval_dir=BEIR_DIR to score retrieval (nDCG@10, ...)
 as well. Scores in WORKDIR/results.json, metrics.jsonl and TensorBoard;
 export with `python -m bert_jax.to_hf` (a sentence-transformers directory).
 Defaults as sentence-transformers' trainer: AdamW lr 2e-5, 10% warmup,
-1 epoch, batch 32, scale 20 (docs/embeddings-and-retrieval.md).
+1 epoch, batch 32, scale 20 (docs/embeddings-and-retrieval.md); texts
+packed into rows (data.packing=False pads each to its batch's bucket).
 """
 
 import importlib.util
@@ -53,5 +54,9 @@ def get_config():
                       attention_probs_dropout_prob=0.1)
   config.train.update(learning_rate=2e-5, num_epochs=1.0, batch_size=32,
                       weight_decay=0.0)
-  config.data.seq_length = 128
+  # Sentences are short: a batch's texts packed several a row (the same
+  # vectors and loss, no padding computed), the rows as long as the
+  # shortest of these lengths that holds them (one compile each).
+  config.data.update(seq_length=128, packing=True)
+  config.task.buckets = (16, 24, 32, 48, 64, 96, 128)
   return config

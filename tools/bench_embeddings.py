@@ -19,10 +19,11 @@ model, dtype (float32) and real sentences, the sides take turns
            padded to each batch's longest), on the first --encode_sentences
            distinct texts of the training file, both cut at data.seq_length.
   train    pairs/s: our train step (objective "embed", the kind's loss,
-           batches from its iterator: texts tokenized once, each batch
-           padded to its bucket) plain, on packed rows (data.packing: a
-           batch's texts several a row, no padding computed) and with
-           train.cache_chunk_size=--chunk, vs ``SentenceTransformerTrainer`` (the same rows as a
+           batches from its iterator: texts tokenized once) on texts
+           padded to their batch's bucket, on packed rows (data.packing: a
+           batch's texts several a row, no padding computed) and, padded,
+           with train.cache_chunk_size=--chunk, vs
+           ``SentenceTransformerTrainer`` (the same rows as a
            ``datasets.Dataset``, its collator tokenizing every batch, the
            library's loss of the same kind and scale, AdamW, the same batch,
            learning rate and dropout), --steps optimizer steps a turn.
@@ -179,11 +180,11 @@ def benchmark(config, rounds, steps, warmup, encode_sentences, chunk,
                            show_progress_bar=False),
                    sentences)]
   benchmarking.alternate(encode, warmup=warmup, rounds=rounds, steps=1)
-  cached = config.copy_and_resolve_references()
+  padded, packed = (config.copy_and_resolve_references() for _ in range(2))
+  padded.data.packing, packed.data.packing = False, True
+  cached = padded.copy_and_resolve_references()
   cached.train.cache_chunk_size = chunk
-  packed = config.copy_and_resolve_references()
-  packed.data.packing = True
-  train_sides = [OurTrain("bert_jax train step", config, source, task, train,
+  train_sides = [OurTrain("bert_jax train step", padded, source, task, train,
                           evals, tok),
                  OurTrain("bert_jax train step, packed rows", packed, source,
                           task, train, evals, tok),
@@ -203,9 +204,9 @@ def benchmark(config, rounds, steps, warmup, encode_sentences, chunk,
       encode_ratio=rows[0]["sentences_per_s"] / rows[1]["sentences_per_s"],
       train_ratio=rows[2]["pairs_per_s"] / rows[5]["pairs_per_s"],
       packed_train_ratio=rows[3]["pairs_per_s"] / rows[5]["pairs_per_s"],
-      memory=dict(plain=benchmarking.train_step_memory(config, 0),
+      memory=dict(plain=benchmarking.train_step_memory(padded, 0),
                   packed=benchmarking.train_step_memory(packed, 0),
-                  cached=benchmarking.train_step_memory(config, chunk)),
+                  cached=benchmarking.train_step_memory(padded, chunk)),
       load_average=list(os.getloadavg()), cpu_count=os.cpu_count(),
       devices=[d.device_kind for d in jax.devices()])
 

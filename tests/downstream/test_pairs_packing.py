@@ -3,9 +3,10 @@
 A batch's B x K texts packed into B rows hold every text once, whole,
 with its own positions, in the shortest row length that holds them; the
 train step on the packed rows has the padded step's loss and gradients
-(InfoNCE with a hard negative, CoSENT), and so does the cached-gradient
-step on rows packed chunk by chunk; packing is refused where an example's
-texts cannot share a row. (8 devices: tests/training/test_pairs_mesh.py; a whole run and
+(InfoNCE with a hard negative, CoSENT; BERT, and ModernBERT with a sliding
+window shorter than a row), and so does the cached-gradient step on rows
+packed chunk by chunk; packing is refused where an example's texts cannot
+share a row. (8 devices: tests/training/test_pairs_mesh.py; a whole run and
 its resume: tests/downstream/test_pairs_finetune.py.)
 """
 
@@ -83,15 +84,29 @@ def _short(batch: dict, longest: int) -> dict:
   return batch
 
 
-@pytest.mark.parametrize("loss,normalize,longest", [
-    ("infonce", False, 32), ("cosent", False, 32),
+# ModernBERT: no token types, a sliding window shorter than a packed row.
+MODERNBERT = dict(type_vocab_size=0, local_attention=8,
+                  global_attn_every_n_layers=2, layer_norm_eps=1e-5)
+
+
+def _config(loss: str, family: str, normalize: bool, packing=False):
+  config = pair_fixtures.pairs_config(loss, packing=packing)
+  config.objective.encoder = family
+  config.model.embedding_normalize = normalize
+  if family == "modernbert":
+    config.model.update(MODERNBERT)
+  return config
+
+
+@pytest.mark.parametrize("loss,normalize,longest,family", [
+    ("infonce", False, 32, "bert"), ("cosent", False, 32, "bert"),
     # Short texts leave empty rows and slots: zero vectors, whose L2
     # normalisation must pass no NaN back.
-    ("infonce", True, 8), ("cosent", True, 8)])
+    ("infonce", True, 8, "bert"), ("cosent", True, 8, "bert"),
+    ("infonce", True, 32, "modernbert")])
 def test_packed_loss_and_gradients_equal_the_padded_steps(loss, normalize,
-                                                          longest):
-  config = pair_fixtures.pairs_config(loss)
-  config.model.embedding_normalize = normalize
+                                                          longest, family):
+  config = _config(loss, family, normalize)
   programs = steps_lib.Programs(config, sharding.make_mesh(config.mesh))
   batch = _short(pair_fixtures.pairs_batch(0), longest)
   if loss == "cosent":  # Pairs: CoSENT scores two texts.
@@ -102,8 +117,7 @@ def test_packed_loss_and_gradients_equal_the_padded_steps(loss, normalize,
       params, b, graphdef=programs.graphdef, config=c,
       objective=programs.objective)
   padded_loss, padded = grad(config, batch)
-  packed_config = pair_fixtures.pairs_config(loss, packing=True)
-  packed_config.model.embedding_normalize = normalize
+  packed_config = _config(loss, family, normalize, packing=True)
   packed_batch = pair_fixtures.packed(batch)
   assert packed_batch["input_mask"].size < batch["input_mask"].size
   if longest < 32:
