@@ -125,11 +125,7 @@ def test_packed_loss_and_gradients_equal_the_padded_steps(loss, normalize,
   packed_loss, packed = grad(packed_config, packed_batch)
   np.testing.assert_allclose(float(packed_loss), float(padded_loss),
                              rtol=1e-5)
-  flat = jax.tree.leaves_with_path(padded)
-  scale = max(float(np.abs(g).max()) for _, g in flat)
-  for (path, g), p in zip(flat, jax.tree.leaves(packed)):
-    np.testing.assert_allclose(np.asarray(p), np.asarray(g),
-                               atol=1e-5 * scale, rtol=1e-5, err_msg=str(path))
+  pair_fixtures.assert_same_gradients(packed, padded)
 
 
 def test_the_cached_step_on_packed_chunks_is_the_padded_plain_step():
@@ -154,11 +150,7 @@ def test_the_cached_step_on_packed_chunks_is_the_padded_plain_step():
   counts = objective.counts(packed_batch, cached)
   np.testing.assert_allclose(float(objective.loss(sums, counts, cached)),
                              float(plain_loss), rtol=1e-5)
-  flat = jax.tree.leaves_with_path(plain)
-  scale = max(float(np.abs(g).max()) for _, g in flat)
-  for (path, g), c in zip(flat, jax.tree.leaves(grads)):
-    np.testing.assert_allclose(np.asarray(c), np.asarray(g),
-                               atol=1e-5 * scale, rtol=1e-5, err_msg=str(path))
+  pair_fixtures.assert_same_gradients(grads, plain)
 
 
 def test_fewer_slots_a_row_than_texts_an_example_is_refused():

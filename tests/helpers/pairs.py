@@ -44,3 +44,16 @@ def pairs_batch(step: int):
               text_ids=np.arange(b * TEXTS, dtype=np.int32).reshape(b, TEXTS),
               scores=r.uniform(0, 5, b).astype(np.float32),
               example_weights=np.ones(b, np.float32))
+
+
+def assert_same_gradients(actual, expected) -> None:
+  """Every leaf of `actual` equals `expected`'s within 1e-5, relative to
+  the leaf, or absolute against the largest gradient of all (a leaf near
+  0 carries float rounding of the sums it is made of)."""
+  import jax
+  import numpy as np
+  flat = jax.tree.leaves_with_path(expected)
+  scale = max(float(np.abs(g).max()) for _, g in flat)
+  for (path, g), a in zip(flat, jax.tree.leaves(actual)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(g),
+                               atol=1e-5 * scale, rtol=1e-5, err_msg=str(path))
