@@ -150,9 +150,6 @@ def pack(batch: dict, packing: Packing, pad_id: int = 0) -> dict:
   ids, mask = batch["input_ids"], batch["input_mask"]
   b, k, length = ids.shape
   s, n = int(packing.max_sequences), int(packing.chunks)
-  if s < k:
-    raise ValueError(f"data.packing_max_sequences={s} must be >= the "
-                     f"{k} texts of an example.")
   if b % n:
     raise ValueError(f"{b} examples do not make {n} equal chunks.")
   # Chunk c: examples (and rows) c, c + n, ...; its texts in example order.
