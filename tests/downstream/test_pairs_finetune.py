@@ -129,6 +129,7 @@ def _similarities(workdir):
     return [json.loads(l)["similarity"] for l in f]
 
 
+@pytest.mark.slow  # A second whole run, padded.
 def test_packed_rows_train_and_score_as_padded_texts(finished, padded):
   packed = finished  # configs/pairs.py packs.
   ours, theirs = _logged(packed["workdir"]), _logged(padded["workdir"])

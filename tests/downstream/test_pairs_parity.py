@@ -30,6 +30,9 @@ from tests.helpers import tiny_models
 from tests.helpers import torch_reference
 from tests.helpers.checkpoints import minilm_dir
 
+# PyTorch parity over many steps: the slow tier.
+pytestmark = pytest.mark.slow
+
 torch = pytest.importorskip("torch")
 st = pytest.importorskip("sentence_transformers")
 
