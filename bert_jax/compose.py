@@ -102,7 +102,9 @@ def task_objective(kind_name: str, family_name: str) -> Objective:
   """Kind `kind_name`'s head on family `family_name`'s encoder: the kind's
   features, loss and metrics; the family's checks of the encoder; FLOPs of
   the encoder plus the head on every token for per-token kinds (a pooled
-  or embedding head runs on one vector per example: not counted)."""
+  or embedding head runs on one vector per example: not counted). The
+  count is the model's: a pooler's head computes the encoder's last layer
+  at [CLS] alone (``BertModel``'s pooled_only), which it still counts."""
   k, fam = tasks.get(kind_name), families.get(family_name)
   layout = fam.head_layout
 

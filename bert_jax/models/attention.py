@@ -106,6 +106,16 @@ def make_mask(input_mask, sequence_ids=None) -> AttentionMask:
   return packed_mask(sequence_ids)
 
 
+def at_queries(mask: AttentionMask, positions) -> AttentionMask:
+  """The mask of the queries at `positions` [B, S] alone (every key kept):
+  a layer whose output is read at a few positions computes only those
+  queries."""
+  if not mask.packed:
+    return mask  # Padded rows: every query attends the same real keys.
+  return AttentionMask(kv_ids=mask.kv_ids, q_ids=jnp.take_along_axis(
+      mask.q_ids, positions, axis=1))
+
+
 def query_ids(mask: AttentionMask, window):
   """The queries' ids, or None (padded rows: every query sees real keys).
   With a window a padded row's padding attends padding (as in a packed
@@ -300,10 +310,13 @@ class SelfAttention(nnx.Module):
     return logical.constrain(x, ("activation_batch", "activation_length",
                                  "activation_heads", None))
 
-  def _qkv(self, x):
+  def _qkv(self, x, queries_at=None):
+    """Heads of q, k, v [B, T, H, D]; with `queries_at` [B, S], q at those
+    positions alone ([B, S, H, D])."""
     if not self.fused_qkv:
-      return tuple(self._heads(f(x)) for f in (self.query, self.key,
-                                                self.value))
+      xq = x if queries_at is None else _take(x, queries_at)
+      return tuple(self._heads(f(y)) for f, y in (
+          (self.query, xq), (self.key, x), (self.value, x)))
     # One [d, 3, d] matmul instead of three [d, d]; params stay separate (HF
     # names). Stacked on a new axis so a "heads"-sharded dim stays local.
     w = jnp.stack([f.kernel[...] for f in (self.query, self.key, self.value)],
@@ -312,13 +325,33 @@ class SelfAttention(nnx.Module):
     y = jnp.einsum("...i,ito->...to", x.astype(self.dtype),
                    w.astype(self.dtype), preferred_element_type=jnp.float32)
     y = y.astype(self.dtype) + b.astype(self.dtype)
-    return tuple(self._heads(y[..., i, :]) for i in range(3))
+    q, k, v = (self._heads(y[..., i, :]) for i in range(3))
+    return (q if queries_at is None else _take(q, queries_at)), k, v
 
-  def __call__(self, x, mask: AttentionMask, *, deterministic, rngs):
-    q, k, v = self._qkv(x)
-    ctx = attend(q, k, v, mask, impl=self.attention_impl,
-                 dropout=self.attention_dropout, deterministic=deterministic,
-                 rngs=rngs, splash_interpret=self.splash_interpret)
+  def __call__(self, x, mask: AttentionMask, *, deterministic, rngs,
+               queries_at=None):
+    """x [B, T, d] -> [B, T, d]; with `queries_at` [B, S] the output at
+    those positions alone, [B, S, d]: their queries attend every key they
+    may, and nothing past the keys and values is computed elsewhere. The
+    few queries attend by the "xla" formula whatever ``attention_impl`` is
+    (an S x T score matrix, free of the kernels' tiling constraints)."""
+    q, k, v = self._qkv(x, queries_at)
+    if queries_at is None:
+      ctx = attend(q, k, v, mask, impl=self.attention_impl,
+                   dropout=self.attention_dropout,
+                   deterministic=deterministic, rngs=rngs,
+                   splash_interpret=self.splash_interpret)
+    else:
+      x = _take(x, queries_at)
+      ctx = attend(q, k, v, at_queries(mask, queries_at), impl="xla",
+                   dropout=self.attention_dropout,
+                   deterministic=deterministic, rngs=rngs)
     out = self.output_dropout(self.output(ctx.reshape(x.shape)),
                               deterministic=deterministic, rngs=rngs)
     return self.layer_norm(out + x)
+
+
+def _take(x, positions):
+  """[B, T, ...] at [B, S] positions -> [B, S, ...]."""
+  index = positions.reshape(positions.shape + (1,) * (x.ndim - 2))
+  return jnp.take_along_axis(x, index, axis=1)

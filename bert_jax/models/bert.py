@@ -142,22 +142,30 @@ class Layer(nnx.Module):
     self.attention = SelfAttention(config, rngs=rngs)
     self.feed_forward = FeedForward(config, rngs=rngs)
 
-  def __call__(self, x, mask, *, deterministic, rngs):
-    """x [B,T,H]; mask: an `attention.AttentionMask` (padded or packed)."""
-    x = self.attention(x, mask, deterministic=deterministic, rngs=rngs)
+  def __call__(self, x, mask, *, deterministic, rngs, queries_at=None):
+    """x [B,T,H]; mask: an `attention.AttentionMask` (padded or packed).
+    With `queries_at` [B,S] the block's output at those positions alone,
+    [B,S,H] (see `SelfAttention`)."""
+    x = self.attention(x, mask, deterministic=deterministic, rngs=rngs,
+                       queries_at=queries_at)
     x = self.feed_forward(x, deterministic=deterministic, rngs=rngs)
     return logical.constrain(x, ("activation_batch", "activation_length",
                                  "activation_embed"))
 
 
-def apply_layer(layer, x, mask, policy: str, *, deterministic, rngs):
-  """One block, rematerialized per `model.remat_policy` ("none": stored)."""
+def apply_layer(layer, x, mask, policy: str, *, deterministic, rngs,
+                queries_at=None):
+  """One block, rematerialized per `model.remat_policy` ("none": stored).
+  `queries_at` (a :class:`Layer`'s, see there) is passed only when given:
+  other families' blocks run through here too."""
+  at = {} if queries_at is None else dict(queries_at=queries_at)
   if policy == "none":
-    return layer(x, mask, deterministic=deterministic, rngs=rngs)
+    return layer(x, mask, deterministic=deterministic, rngs=rngs, **at)
   # Recompute the block in the backward pass (activation memory).
   return nnx.remat(
-      lambda l, x, m, r: l(x, m, deterministic=deterministic, rngs=r),
-      policy=REMAT_POLICIES[policy])(layer, x, mask, rngs)
+      lambda l, x, m, r, at: l(x, m, deterministic=deterministic, rngs=r,
+                               **at),
+      policy=REMAT_POLICIES[policy])(layer, x, mask, rngs, at)
 
 
 def cls_states(x, cls_positions=None):
@@ -171,15 +179,24 @@ def cls_states(x, cls_positions=None):
 def pool(pooler, x, act: str = "tanh", cls_positions=None):
   """Dense + activation (``model.pooler_act``; BERT's tanh) on the [CLS]
   position(s), in float32 ([B,H] or [B,S,H])."""
-  return POOLER_ACTIVATIONS[act](
-      pooler(cls_states(x, cls_positions)).astype(jnp.float32))
+  return pooler_output(pooler, cls_states(x, cls_positions), act)
 
 
-def run_layers(layers, x, mask, remat_policy: str, *, deterministic, rngs):
-  """The transformer stack, each block optionally rematerialized."""
-  for layer in layers:
+def pooler_output(pooler, cls, act: str = "tanh"):
+  """Dense + activation on the [CLS] states `cls` ([B,H] or [B,S,H]), in
+  float32."""
+  return POOLER_ACTIVATIONS[act](pooler(cls).astype(jnp.float32))
+
+
+def run_layers(layers, x, mask, remat_policy: str, *, deterministic, rngs,
+               read_at=None):
+  """The transformer stack, each block optionally rematerialized. With
+  `read_at` [B,S] the caller reads the last block's output at those
+  positions alone: that block computes only them ([B,S,H])."""
+  for i, layer in enumerate(layers):
     x = apply_layer(layer, x, mask, remat_policy,
-                    deterministic=deterministic, rngs=rngs)
+                    deterministic=deterministic, rngs=rngs,
+                    queries_at=read_at if i == len(layers) - 1 else None)
   return x
 
 
@@ -261,23 +278,41 @@ class BertModel(nnx.Module):
 
   def __call__(self, input_ids, input_mask, segment_ids, *,
                deterministic=True, rngs=None, sequence_ids=None,
-               position_ids=None, cls_positions=None):
+               position_ids=None, cls_positions=None, pooled_only=False):
     """Returns (sequence_output [B,T,d], pooled_output or None).
 
     Packed rows pass `sequence_ids` and `position_ids` [B,T] (attention
     stays inside each sequence) and `cls_positions` [B,S] (the pooled output
     is then [B,S,d], one per packed sequence); padded rows pass none.
+
+    `pooled_only`: the caller reads the pooled output alone (a sentence
+    head), so the last layer computes its states at the [CLS] positions
+    only -- their queries against every key, then the output projection and
+    feed-forward on those positions -- the same numbers for 1/L of the
+    stack's per-token work less. sequence_output is then the last layer at
+    [CLS]: [B,1,d], or [B,S,d] for packed rows.
     """
     x = self.embeddings(input_ids, segment_ids, deterministic=deterministic,
                         rngs=rngs, position_ids=position_ids)
     if self.embeddings_project is not None:
       x = self.embeddings_project(x)
+    read_at = None
+    if pooled_only:
+      if self.pooler is None:
+        raise ValueError("pooled_only needs the pooler (add_pooling_layer).")
+      read_at = (cls_positions if cls_positions is not None else
+                 jnp.zeros((x.shape[0], 1), jnp.int32))
     x = run_layers(self.layers, x,
                    attention_lib.make_mask(input_mask, sequence_ids),
-                   self.remat_policy, deterministic=deterministic, rngs=rngs)
+                   self.remat_policy, deterministic=deterministic, rngs=rngs,
+                   read_at=read_at)
     if self.pooler is None:
       return x, None
-    return x, pool(self.pooler, x, self.pooler_act, cls_positions)
+    if read_at is None:
+      cls = cls_states(x, cls_positions)
+    else:  # The last layer ran at [CLS] alone.
+      cls = x if cls_positions is not None else x[:, 0]
+    return x, pooler_output(self.pooler, cls, self.pooler_act)
 
   def hidden_states(self, input_ids, input_mask, segment_ids,
                     num_layers: int | None = None, *, sequence_ids=None,

@@ -162,10 +162,14 @@ class TaskModel(nnx.Module):
     """Logits in float32: [B, outputs] for a pooled role ([B, S, outputs]
     for packed rows, one per packed example at its `cls_positions`), else
     [B, T, outputs]; the embed role's vectors [B, d] ([B, S, d])."""
+    # A pooler's head reads the pooled output alone: the encoder's last
+    # layer then runs at [CLS] only (models.bert.BertModel's pooled_only,
+    # every encoder with a pooler).
+    only = dict(pooled_only=True) if self.use_pooler else {}
     seq, pooled = self.encoder(
         input_ids, input_mask, segment_ids, deterministic=deterministic,
         rngs=rngs, sequence_ids=sequence_ids, position_ids=position_ids,
-        cls_positions=cls_positions if self.use_pooler else None)
+        cls_positions=cls_positions if self.use_pooler else None, **only)
     if self.role == EMBED:
       return embedding(seq, input_mask, self.pooling, self.normalize,
                        sequence_ids, cls_positions)
