@@ -30,7 +30,10 @@ with gradient clipping and dropout 0.1 on both sides, in one process:
     sides take the same number of examples a step).
   HF: `BertForSequenceClassification` (transformers, its default attention)
     on shuffled batches of the same rows padded to the batch's longest
-    example, as `DataCollatorWithPadding` does (no fixed-length strawman).
+    example, as `DataCollatorWithPadding` does (no fixed-length strawman);
+    and again with the Trainer's `group_by_length=True` (its
+    LengthGroupedSampler: batches of similar lengths, less padding), the
+    peer's own way to cut padding.
 
 With `--predict`, the evaluator's predict step over the validation split
 (outputs read back to the host) on length buckets and on packed rows joins
@@ -104,9 +107,31 @@ def tokenized_rows(rows, tok, seq_length: int) -> list[tuple[np.ndarray, ...]]:
   return out
 
 
-def dynamic_batches(encoded, batch_size: int, pad_id: int, seed: int):
-  """Shuffled full batches padded to their longest row (numpy)."""
-  order = np.random.default_rng(seed).permutation(len(encoded))
+def hf_order(lengths, batch_size: int, seed: int,
+             group_by_length: bool) -> np.ndarray:
+  """The order Hugging Face's Trainer reads the rows in: a random
+  permutation, or with `group_by_length` its LengthGroupedSampler's
+  (transformers' own ``get_length_grouped_indices``: megabatches of 50
+  batches, each sorted longest first), whose full batches are then timed in
+  a random order, so that the timed ones are not the longest of the first
+  megabatch."""
+  if not group_by_length:
+    return np.random.default_rng(seed).permutation(len(lengths))
+  import torch
+  from transformers import trainer_pt_utils
+  order = np.asarray(trainer_pt_utils.get_length_grouped_indices(
+      list(lengths), batch_size,
+      generator=torch.Generator().manual_seed(seed)))
+  full = len(order) // batch_size
+  batches = order[:full * batch_size].reshape(full, batch_size)
+  return batches[np.random.default_rng(seed).permutation(full)].reshape(-1)
+
+
+def dynamic_batches(encoded, batch_size: int, pad_id: int, seed: int,
+                    group_by_length: bool = False):
+  """Full batches padded to their longest row (numpy), in `hf_order`."""
+  order = hf_order([len(r[0]) for r in encoded], batch_size, seed,
+                   group_by_length)
   batches = []
   for lo in range(0, len(order) - batch_size + 1, batch_size):
     rows = [encoded[i] for i in order[lo:lo + batch_size]]
@@ -139,9 +164,12 @@ def feature_rows(features, kind: str) -> list[dict]:
   return out
 
 
-def dynamic_feature_batches(rows, batch_size: int, pad_id: int, seed: int):
-  """Shuffled full batches of `feature_rows`, padded to their longest."""
-  order = np.random.default_rng(seed).permutation(len(rows))
+def dynamic_feature_batches(rows, batch_size: int, pad_id: int, seed: int,
+                            group_by_length: bool = False):
+  """Full batches of `feature_rows`, padded to their longest, in
+  `hf_order`."""
+  order = hf_order([len(r["input_ids"]) for r in rows], batch_size, seed,
+                   group_by_length)
   batches = []
   for lo in range(0, len(order) - batch_size + 1, batch_size):
     chosen = [rows[i] for i in order[lo:lo + batch_size]]
@@ -278,7 +306,8 @@ class HuggingFace(Side):
   """transformers Bert(ForSequenceClassification, ForTokenClassification,
   ForQuestionAnswering) + torch AdamW, dynamic padding."""
 
-  def __init__(self, config, num_labels: int, batches):
+  def __init__(self, config, num_labels: int, batches,
+               group_by_length: bool = False):
     import torch
     import transformers
 
@@ -300,7 +329,8 @@ class HuggingFace(Side):
     self.bf16 = config.model.dtype == "bfloat16"
     self.tensors = [{k: torch.from_numpy(v) for k, v in b.items()}
                     for b in batches]
-    self.name = (f"HF torch, dynamic padding ("
+    self.name = (f"HF torch, dynamic padding"
+                 f"{', group_by_length' if group_by_length else ''} ("
                  f"{'bf16 autocast' if self.bf16 else 'float32'}, "
                  f"{torch.get_num_threads()} threads)")
     self.versions = (f"torch {torch.__version__}, transformers "
@@ -422,15 +452,18 @@ def benchmark(config, rounds: int, steps: int, warmup: int,
   pc = None
   if kind.name == "sentence":
     encoded = tokenized_rows(train_rows, tok, config.data.seq_length)
-    hf_batches = dynamic_batches(encoded, b, pad_id, config.train.seed)
+    hf_batches = [dynamic_batches(encoded, b, pad_id, config.train.seed,
+                                  grouped) for grouped in (False, True)]
     sides = [Ours(config, trainer_batches(train_rows, tok, config, need))]
     if packed:
       pc = packed_config(config, train_rows, tok, packed_batch_size)
       sides.append(Ours(pc, trainer_batches(train_rows, tok, pc, need)))
   else:
     features = inputs.train_iter.features
-    hf_batches = dynamic_feature_batches(
-        feature_rows(features, kind.name), b, pad_id, config.train.seed)
+    hf_rows = feature_rows(features, kind.name)
+    hf_batches = [dynamic_feature_batches(hf_rows, b, pad_id,
+                                          config.train.seed, grouped)
+                  for grouped in (False, True)]
     sides = [Ours(config, [next(inputs.train_iter) for _ in range(need)])]
     if packed and kind.packing:
       pc = config.copy_and_resolve_references()
@@ -440,14 +473,16 @@ def benchmark(config, rounds: int, steps: int, warmup: int,
       it = kind.make_input(pc, tok, spec, train_rows, {}).train_iter
       sides.append(Ours(pc, [next(it) for _ in range(need)]))
   ours = sides[0]
-  hf = HuggingFace(config, spec.num_labels, hf_batches)
-  sides.append(hf)
+  hf, grouped = (HuggingFace(config, spec.num_labels, batches, group)
+                 for batches, group in zip(hf_batches, (False, True)))
+  sides += [hf, grouped]
   if predict:
     sides += predict_sides(kind, config, tok, spec, train_rows, eval_rows,
                            pc is not None, pc.train.batch_size if pc else 0)
   benchmarking.alternate(sides, warmup=warmup, rounds=rounds, steps=steps)
   rows = [side.summary() for side in sides]
   train = [r for r, s in zip(rows, sides) if not isinstance(s, Predict)]
+  hf_rate, grouped_rate = (train[i]["examples_per_s"] for i in (-2, -1))
   m = config.model
   return dict(
       task=spec.name, kind=kind.name, train_rows=num_train, batch_size=b,
@@ -456,13 +491,14 @@ def benchmark(config, rounds: int, steps: int, warmup: int,
       f"heads, vocab {m.vocab_size})", dtype=m.dtype,
       rounds=rounds, steps_per_round=steps, warmup=warmup,
       ours_compile_seconds=ours.compile_seconds,
-      over_hf={r["side"]: r["examples_per_s"] / train[-1]["examples_per_s"]
-               for r in train[:-1]},
+      over_hf={r["side"]: r["examples_per_s"] / hf_rate for r in train[:-2]},
+      over_hf_grouped={r["side"]: r["examples_per_s"] / grouped_rate
+                       for r in train[:-2]},
       versions=f"jax {jax.__version__} ({jax.devices()[0].platform}); "
       f"{hf.versions}",
       cpu_count=os.cpu_count(), load_average=list(os.getloadavg()),
       results=train, predict=rows[len(train):],
-      ours_over_hf=rows[0]["examples_per_s"] / train[-1]["examples_per_s"])
+      ours_over_hf=rows[0]["examples_per_s"] / hf_rate)
 
 
 def format_report(r: dict) -> str:
@@ -475,17 +511,18 @@ def format_report(r: dict) -> str:
       f"{r['warmup']} warm-up steps; load average "
       f"{', '.join(f'{x:.1f}' for x in r['load_average'])} on "
       f"{r['cpu_count']} CPUs; {r['versions']}.",
-      f"{'':<48} {'examples/s':>10} {'tokens/s':>9} {'padding':>8} "
+      f"{'':<64} {'examples/s':>10} {'tokens/s':>9} {'padding':>8} "
       f"{'p50 ms':>8}"]
   for s in r["results"]:
-    lines.append(f"{s['side']:<48} {s['examples_per_s']:>10.1f} "
+    lines.append(f"{s['side']:<64} {s['examples_per_s']:>10.1f} "
                  f"{s['real_tokens_per_s']:>9.0f} "
                  f"{100 * s['padding_fraction']:>7.1f}% "
                  f"{s['step_ms_p50']:>8.1f}")
   for side, ratio in r["over_hf"].items():
-    lines.append(f"{side} / HF examples/s: {ratio:.2f}x")
+    lines.append(f"{side} / HF examples/s: {ratio:.2f}x; / HF "
+                 f"group_by_length: {r['over_hf_grouped'][side]:.2f}x")
   for s in r.get("predict", []):
-    lines.append(f"{s['side']:<48} {s['examples_per_s']:>10.1f} examples/s "
+    lines.append(f"{s['side']:<64} {s['examples_per_s']:>10.1f} examples/s "
                  f"(validation, {len(s['shapes'])} shapes)")
   lines.append(f"(bert_jax buckets compiled {len(r['results'][0]['shapes'])} "
                f"shapes in {r['ours_compile_seconds']:.1f} s, excluded)")

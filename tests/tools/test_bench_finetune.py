@@ -30,6 +30,33 @@ def test_hf_batches_pad_to_the_batch_longest_and_keep_every_token():
   assert len(seen) == len(set(seen)) and set(seen) <= want
 
 
+def test_group_by_length_batches_are_huggingfaces_and_pad_less():
+  """The grouped side reads the rows in transformers' LengthGroupedSampler
+  order (each full batch as that order cuts it), every row once, with far
+  less padding than random batches."""
+  import torch
+  from transformers import trainer_pt_utils
+  rng = np.random.default_rng(0)
+  encoded = [(rng.integers(5, 50, n), np.zeros(n, np.int32), np.int32(n % 3))
+             for n in rng.integers(3, 60, 1000)]
+  bench = _tool("bench_finetune")
+  lengths = [len(r[0]) for r in encoded]
+  order = bench.hf_order(lengths, 8, seed=3, group_by_length=True)
+  theirs = trainer_pt_utils.get_length_grouped_indices(
+      lengths, 8, generator=torch.Generator().manual_seed(3))
+  want = {tuple(sorted(theirs[i:i + 8])) for i in range(0, 1000, 8)}
+  assert {tuple(sorted(order[i:i + 8])) for i in range(0, 1000, 8)} == want
+  assert sorted(order) == list(range(1000))
+
+  def padding(grouped):
+    batches = bench.dynamic_batches(encoded, 8, 0, seed=3,
+                                    group_by_length=grouped)
+    return sum(b["attention_mask"].size - b["attention_mask"].sum()
+               for b in batches)
+
+  assert padding(True) < 0.2 * padding(False)
+
+
 def test_demo_task_has_four_topics_and_a_disjoint_dev_split():
   rows = _tool("make_demo_task").task_rows()
   train, dev = rows["train"], rows["dev"]
