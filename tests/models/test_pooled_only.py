@@ -64,15 +64,21 @@ def _pooled_and_grads(config, batch, extra, pooled_only: bool):
   return out, nnx.to_pure_dict(grads)
 
 
+def _variant(name, slow=True, **model):
+  return pytest.param(model, id=name,
+                      marks=[pytest.mark.slow] if slow else [])
+
+
 @pytest.mark.parametrize("rows", ["padded", "packed"])
 @pytest.mark.parametrize("model", [
-    {}, dict(remat_policy="full"), dict(fused_qkv=True),
-    dict(attention_impl="dot_product_attention"),
-    dict(attention_impl="splash"),
-    dict(embedding_size=32),  # ELECTRA / ALBERT: E -> H projection.
-    dict(pooler_act="relu", type_vocab_size=0)],  # DistilBERT-like.
-    ids=["xla", "remat", "fused_qkv", "dpa", "splash", "factorized",
-         "no_segments"])
+    _variant("xla", slow=False), _variant("remat", remat_policy="full"),
+    _variant("fused_qkv", fused_qkv=True),
+    _variant("dpa", attention_impl="dot_product_attention"),
+    _variant("splash", attention_impl="splash"),
+    # ELECTRA / ALBERT: the E -> H projection.
+    _variant("factorized", embedding_size=32),
+    # DistilBERT's layout: no segment table, a ReLU pre-classifier.
+    _variant("no_segments", pooler_act="relu", type_vocab_size=0)])
 def test_pooled_output_and_gradients_equal_the_whole_stack(rows, model):
   batch, extra = _batches()[rows]
   config = _config(**model)
