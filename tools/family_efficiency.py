@@ -144,9 +144,9 @@ def steps_for_budget(flops_per_step: float, budget_flops: float) -> int:
 def trainable_params(config) -> int:
   from flax import nnx  # pylint: disable=g-import-not-at-top
 
-  from bert_jax.models import bert as model_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.models import bert  # pylint: disable=g-import-not-at-top
   obj = compose.objective(config)
-  return model_lib.count_params(nnx.eval_shape(
+  return bert.count_params(nnx.eval_shape(
       lambda: obj.make_model(config, nnx.Rngs(0))))
 
 

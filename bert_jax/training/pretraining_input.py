@@ -48,22 +48,18 @@ class PretrainingInput:
   def __init__(self, config: ml_collections.ConfigDict, workdir: str,
                train_config: ml_collections.ConfigDict | None = None,
                train_rows: int | None = None):
-    from bert_jax.data import (
-      pipeline as input_pipeline,  # TensorFlow: only when training.
-    )
-    from bert_jax.data import (
-      sources as data_sources,  # TensorFlow: only when training.
-    )
+    # TensorFlow: imported only when training.
+    from bert_jax.data import pipeline, sources  # pylint: disable=g-import-not-at-top
     self.workdir = workdir
     self.tokenizer = tokenizers.load_tokenizer(config.data, workdir)
     config_checks.check_tokenizer(config, self.tokenizer)
     # JSONL / Parquet records become text files (a tokenizer trained here
     # read them already) before the tokenizer is recorded: a bad record is
     # refused naming its file and line, and leaves no file.
-    data_sources.prepare_records(config.data, workdir)
+    sources.prepare_records(config.data, workdir)
     pretrained.record_tokenizer(workdir, self.tokenizer)
     self.train_iter = self.train_iterator(train_config or config, train_rows)
-    self.eval_batches = input_pipeline.create_eval_batches(
+    self.eval_batches = pipeline.create_eval_batches(
         config, self.tokenizer, self.workdir, **self._process())
     self.unigram_accuracy = unigram_baseline(self.eval_batches,
                                              config.model.vocab_size)
@@ -77,8 +73,8 @@ class PretrainingInput:
                      rows: int | None = None):
     """A fresh train iterator with `config`'s shapes and seed (`rows` per
     batch on this host; None: its batch size)."""
-    from bert_jax.data import pipeline as input_pipeline  # pylint: disable=g-import-not-at-top
-    return input_pipeline.create_train_iterator(
+    from bert_jax.data import pipeline  # pylint: disable=g-import-not-at-top
+    return pipeline.create_train_iterator(
         config, self.tokenizer, self.workdir, batch_size=rows,
         **self._process())
 
