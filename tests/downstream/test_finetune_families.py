@@ -16,6 +16,7 @@ from bert_jax import pretrained
 from bert_jax import tasks
 from bert_jax.downstream import finetuning
 from bert_jax.models import bert as bert_model
+from tests import helpers
 
 VOCAB, SEQ = 128, 16
 
@@ -36,14 +37,6 @@ def _config(family: str):
   elif family == "distil":
     c.objective.update(name="distil", teacher="random", student_layers=2)
   return c
-
-
-def _noised(module, seed=0):
-  """The module's params plus noise (zero-init biases become non-zero)."""
-  r = np.random.RandomState(seed)
-  return jax.tree.map(
-      lambda x: np.asarray(x) + r.normal(0, 0.05, x.shape).astype(np.float32),
-      nnx.state(module, nnx.Param).to_pure_dict())
 
 
 def _inputs():
@@ -69,7 +62,7 @@ def test_encoder_hooks_rebuild_the_family_encoder(family):
   config = _config(family)
   objective = compose.objective(config)
   run_model = objective.make_model(config, nnx.Rngs(0))
-  params = _noised(run_model)
+  params = helpers.noised_params(run_model)
   nnx.update(run_model, params)
   enc_config = compose.encoder_config(config)
   bert = bert_model.BertModel(enc_config, rngs=nnx.Rngs(1))
@@ -112,7 +105,7 @@ def test_token_and_qa_heads_wrap_any_family_encoder(family, head):
   config = _config(family)
   objective = compose.objective(config)
   run_model = objective.make_model(config, nnx.Rngs(0))
-  params = _noised(run_model)
+  params = helpers.noised_params(run_model)
   nnx.update(run_model, params)
   enc_config = ml_collections.ConfigDict(
       compose.encoder_config(config).to_dict())

@@ -104,6 +104,17 @@ def synthetic_batch(seed: int, batch: int = BATCH, seq: int = SEQ,
           for k, (shape, dtype) in shapes.items()}
 
 
+def noised_params(module, seed: int = 0) -> dict:
+  """`module`'s params plus N(0, 0.05) noise, as a pure dict: zero-initialized
+  biases and unit layer-norm scales become values a wrong formula shows."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  r = np.random.RandomState(seed)
+  return jax.tree.map(
+      lambda x: np.asarray(x) + r.normal(0, 0.05, x.shape).astype(np.float32),
+      nnx.state(module, nnx.Param).to_pure_dict())
+
+
 def free_port() -> int:
   """A TCP port nobody listens on now (for jax.distributed coordinators)."""
   with socket.socket() as s:

@@ -29,14 +29,6 @@ def _config(**model):
   return helpers.tiny_config(model=fields).model
 
 
-def _noised(module, seed=0):
-  """Params plus noise, so zero-initialized biases matter too."""
-  r = np.random.RandomState(seed)
-  return jax.tree.map(
-      lambda x: np.asarray(x) + r.normal(0, 0.05, x.shape).astype(np.float32),
-      nnx.state(module, nnx.Param).to_pure_dict())
-
-
 def _batches():
   exs = packed_rows.examples(0, LENGTHS, 1, VOCAB)
   padded = packed_rows.padded(exs, SEQ, 1)
@@ -49,7 +41,7 @@ def _batches():
 
 def _pooled_and_grads(config, batch, extra, pooled_only: bool):
   model = bert_model.BertModel(config, rngs=nnx.Rngs(0))
-  nnx.update(model, _noised(model))
+  nnx.update(model, helpers.noised_params(model))
   graphdef, params = nnx.split(model, nnx.Param)
   weights = np.random.RandomState(3).normal(
       size=(config.hidden_size,)).astype(np.float32)
