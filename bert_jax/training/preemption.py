@@ -8,8 +8,12 @@ same command resumes. A second Ctrl-C stops at once (KeyboardInterrupt:
 the entry point prints one line and exits 130), keeping the checkpoints
 already committed; a third, while that exit still waits for a save in
 flight, exits without waiting (the save's temporary directory is removed
-by the next run). With one process we catch
-SIGTERM ourselves; with several we use JAX's preemption sync point
+by the next run). The second Ctrl-C's KeyboardInterrupt is raised in
+whatever Python code runs when the signal is handled; if that is a garbage
+collector callback, a ``__del__`` or a weakref callback, Python reports it
+to ``sys.unraisablehook`` and drops it, so the watcher's hook delivers it
+again to the main thread (the press is not lost, nor counted twice). With
+one process we catch SIGTERM ourselves; with several we use JAX's preemption sync point
 (``multihost_utils.reached_preemption_sync_point``), which lets every host
 agree on the same step to save at (``jax.distributed.initialize`` installs
 the SIGTERM listener).
@@ -24,9 +28,12 @@ stop after ``train.max_nonfinite_in_a_row`` consecutive skips) or ``"stop"``
 
 from __future__ import annotations
 
+import _thread
 import os
 import signal
+import sys
 import threading
+import time
 
 import jax
 from absl import logging
@@ -35,13 +42,20 @@ from jax.experimental import multihost_utils
 POLICIES = ("skip", "stop")
 
 
+def _interrupt_main_soon():
+  time.sleep(0.01)  # Long enough to leave the code that dropped it.
+  _thread.interrupt_main(signal.SIGINT)
+
+
 class PreemptionWatcher:
   """Tells the loop when to save and exit because the machine is going away."""
 
   def __init__(self, signals=(signal.SIGTERM, signal.SIGINT)):
     self.requested = False
     self._interrupts = 0  # Ctrl-C after the first (which asks for a save).
+    self._redeliver = False  # A dropped KeyboardInterrupt is on its way again.
     self._previous = {}
+    self._previous_unraisable = None
     self._multihost = jax.process_count() > 1
     if self._multihost:
       return  # JAX's coordination service listens for SIGTERM.
@@ -51,9 +65,15 @@ class PreemptionWatcher:
       return
     for sig in signals:
       self._previous[sig] = signal.signal(sig, self._on_signal)
+    if signal.SIGINT in self._previous:
+      self._previous_unraisable = sys.unraisablehook
+      sys.unraisablehook = self._on_unraisable
 
   def _on_signal(self, signum, frame):
     del frame
+    if self._redeliver and signum == signal.SIGINT:
+      self._redeliver = False
+      raise KeyboardInterrupt  # The second Ctrl-C, once more.
     if self.requested and signum == signal.SIGINT:
       self._interrupts += 1
       if self._interrupts > 1:  # Third: not even the save in flight.
@@ -65,6 +85,18 @@ class PreemptionWatcher:
     self.requested = True
     logging.warning("Received %s: finishing the current step, then saving a "
                     "checkpoint and exiting.", signal.Signals(signum).name)
+
+  def _on_unraisable(self, info):
+    """A KeyboardInterrupt of ours dropped where Python cannot raise (a gc
+    callback, __del__): interrupt the main thread again, from a new thread
+    a moment later (from this one the handler would run at once, still
+    inside the code that drops it; `threading.Thread.start` would wait for
+    the thread, and the interrupt would land here too)."""
+    if self._interrupts and issubclass(info.exc_type, KeyboardInterrupt):
+      self._redeliver = True
+      _thread.start_new_thread(_interrupt_main_soon, ())
+      return
+    self._previous_unraisable(info)
 
   def reached(self, step: int) -> bool:
     """True when the loop should checkpoint `step` and stop (all hosts agree)."""
@@ -81,6 +113,10 @@ class PreemptionWatcher:
     for sig, handler in self._previous.items():
       signal.signal(sig, handler)
     self._previous = {}
+    if self._previous_unraisable is not None:
+      if sys.unraisablehook == self._on_unraisable:
+        sys.unraisablehook = self._previous_unraisable
+      self._previous_unraisable = None
 
 
 class NonFiniteMonitor:

@@ -393,7 +393,8 @@ def test_reports_after_the_error_line_go_to_the_details_file(tmp_path,
 # started (it is in flight in Orbax's thread); SLOW_WAIT sleeps before the
 # wait for it at the end.
 _SLOW_SAVE_DRIVER = """
-import os, time
+import faulthandler, os, signal, time
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # Stacks if stuck.
 from bert_jax.checkpoints import manager
 _save, _wait = manager.Checkpointer.save, manager.Checkpointer.wait
 
@@ -427,7 +428,7 @@ def test_ctrl_c_again_stops_at_once_with_one_line_and_keeps_checkpoints(
          "--config.checkpoint.save_every_steps=2"]
   proc = subprocess.Popen(
       cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True,
-      env=child_env(SLOW_SAVE="30", SLOW_WAIT="30" if presses == 3 else "0"))
+      env=child_env(SLOW_SAVE="60", SLOW_WAIT="60" if presses == 3 else "0"))
   helpers.wait_for_step(proc, workdir, 3)
   proc.send_signal(signal.SIGINT)  # Save this step and exit 0, as documented.
   deadline = time.time() + 300
@@ -440,7 +441,15 @@ def test_ctrl_c_again_stops_at_once_with_one_line_and_keeps_checkpoints(
     proc.send_signal(signal.SIGINT)  # The user does not want to wait.
     if press < presses - 1:
       time.sleep(2)  # Into the (slow) wait for the save in flight.
-  rc = proc.wait(timeout=25)  # Not the 30 s sleeps: at once.
+  try:
+    rc = proc.wait(timeout=40)  # Not the 60 s sleeps: at once.
+  except subprocess.TimeoutExpired:
+    proc.send_signal(signal.SIGUSR1)  # Every thread's stack into the log.
+    time.sleep(2)
+    proc.kill()
+    proc.wait()
+    pytest.fail("still running 40 s after the last Ctrl-C:\n" +
+                helpers.run_log(workdir)[-8000:])
   out = helpers.run_log(workdir)
   assert rc == 130, out[-3000:]
   assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
