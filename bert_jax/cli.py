@@ -20,6 +20,7 @@ argv)` and is run one of two ways:
 """
 
 import functools
+import gc
 import importlib.util
 import os
 import re
@@ -491,3 +492,9 @@ def run(main, define=None):
     _interrupted()
   finally:
     signal.signal(signal.SIGINT, _exit_at_once)
+    # The interpreter's exit runs the cyclic garbage collector over every
+    # object left, TensorFlow's and JAX's module graphs included: 1.3 s of
+    # every command that imported TensorFlow (AMD EPYC). Frozen objects are
+    # skipped. Nothing is lost: the job has closed its files and committed
+    # its saves, and Python's own exit still flushes stdout and stderr.
+    gc.freeze()

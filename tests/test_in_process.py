@@ -1,7 +1,8 @@
 """tests/helpers/in_process: an entry point run in this process leaves it as
-it was, whatever the run changed (flags, hooks, log handlers, SIGINT, file
-descriptor 2)."""
+it was, whatever the run changed (flags, hooks, log handlers, SIGINT, the
+garbage collector's frozen objects, file descriptor 2)."""
 
+import gc
 import logging
 import os
 import signal
@@ -22,6 +23,7 @@ def _state():
       levels=(logging.getLogger().level, logging.getLogger("absl").level),
       hooks=(threading.excepthook, sys.excepthook, sys.unraisablehook),
       sigint=signal.getsignal(signal.SIGINT),
+      frozen=gc.get_freeze_count(),
       details=(error_reports._path, error_reports._fd),  # pylint: disable=protected-access
       fd2=os.fstat(2).st_ino)
 

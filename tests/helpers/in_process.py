@@ -15,8 +15,9 @@ done afresh (its log handler, the verbosity it sets; not its faulthandler,
 which stays pytest's), Python's root logger without handlers (caplog sees
 nothing of the call), `bert_jax.error_reports` with no details file open;
 restored afterwards: sys.argv, the environment, the log handlers, filters
-and levels, the exception hooks, the SIGINT handler and file descriptors 1
-and 2 (a failed job points 2 at its details file).
+and levels, the exception hooks, the SIGINT handler, the garbage
+collector's unfrozen objects (`cli.run` freezes them for a fast exit) and
+file descriptors 1 and 2 (a failed job points 2 at its details file).
 
 What only a child tests: the interpreter's start and exit (import-time
 settings such as TF_CPP_MIN_LOG_LEVEL, exit handlers, late writes of
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import gc
 import importlib
 import logging
 import os
@@ -136,6 +138,7 @@ def _new_process_state(argv: list[str]):
       details=(error_reports._path, error_reports._fd),
       hooks=(threading.excepthook, sys.excepthook, sys.unraisablehook),
       sigint=signal.getsignal(signal.SIGINT),
+      frozen=gc.get_freeze_count(),
       app_started=(app._run_init.done,
                    app._register_and_parse_flags_with_usage.done),
       faulthandler=app.faulthandler)
@@ -159,6 +162,8 @@ def _new_process_state(argv: list[str]):
     error_reports._path, error_reports._fd = saved["details"]
     threading.excepthook, sys.excepthook, sys.unraisablehook = saved["hooks"]
     signal.signal(signal.SIGINT, saved["sigint"])
+    if not saved["frozen"]:
+      gc.unfreeze()
     helpers.unparse_flags()
     (app._run_init.done,
      app._register_and_parse_flags_with_usage.done) = saved["app_started"]
