@@ -245,7 +245,7 @@ def test_pretrained_minilm_beats_random_init_at_equal_steps(tmp_path,
                      ("random", _random_like(_minilm_dir(),
                                              str(tmp_path / "random")))):
     config = user_task(finetune_config(
-        init_from=init, num_steps=40, learning_rate=1e-4, warmup_steps=4,
+        init_from=init, num_steps=16, learning_rate=1e-4, warmup_steps=4,
         warmup_fraction=0.0), train_csv, dev_csv)
     config.task.buckets = (32,)  # One train-step compile of the real size.
     results = finetuning.run(config, str(tmp_path / name))
