@@ -495,6 +495,7 @@ def run(main, define=None):
     # The interpreter's exit runs the cyclic garbage collector over every
     # object left, TensorFlow's and JAX's module graphs included: over a
     # second of every command that imported TensorFlow
-    # (docs/performance.md#command-exit). Frozen objects are skipped. Nothing is lost: the job has closed its files and committed
-    # its saves, and Python's own exit still flushes stdout and stderr.
+    # (docs/performance.md#command-exit). Frozen objects are skipped.
+    # Nothing is lost: the job has closed its files and committed its
+    # saves, and Python's own exit still flushes stdout and stderr.
     gc.freeze()

@@ -12,11 +12,12 @@ by the next run). The second Ctrl-C's KeyboardInterrupt is raised in
 whatever Python code runs when the signal is handled; if that is a garbage
 collector callback, a ``__del__`` or a weakref callback, Python reports it
 to ``sys.unraisablehook`` and drops it, so the watcher's hook delivers it
-again to the main thread (the press is not lost, nor counted twice). With
-one process we catch SIGTERM ourselves; with several we use JAX's preemption sync point
-(``multihost_utils.reached_preemption_sync_point``), which lets every host
-agree on the same step to save at (``jax.distributed.initialize`` installs
-the SIGTERM listener).
+again to the main thread (the press is not lost, nor counted twice).
+
+With one process we catch SIGTERM ourselves; with several we use JAX's
+preemption sync point (``multihost_utils.reached_preemption_sync_point``),
+which lets every host agree on the same step to save at
+(``jax.distributed.initialize`` installs the SIGTERM listener).
 
 ``NonFiniteMonitor``: ``train_step`` already drops an update whose loss or
 gradient is NaN/Inf and counts it in the state. The monitor reads each
