@@ -492,10 +492,8 @@ def run(main, define=None):
     _interrupted()
   finally:
     signal.signal(signal.SIGINT, _exit_at_once)
-    # The interpreter's exit runs the cyclic garbage collector over every
-    # object left, TensorFlow's and JAX's module graphs included: over a
-    # second of every command that imported TensorFlow
-    # (docs/performance.md#command-exit). Frozen objects are skipped.
-    # Nothing is lost: the job has closed its files and committed its
-    # saves, and Python's own exit still flushes stdout and stderr.
+    # Python's exit collects every object left (TensorFlow's: over a second,
+    # docs/performance.md#command-exit); frozen ones are skipped. Nothing is
+    # lost: the job closed its files and committed its saves, and the exit
+    # still flushes stdout and stderr.
     gc.freeze()
