@@ -35,6 +35,12 @@ def _main(workdir, *flags):
                           stdout=log, stderr=subprocess.STDOUT, text=True)
 
 
+def _main_here(workdir, *flags) -> int:
+  """`_main`'s command run to its end in this process: its exit status."""
+  return helpers.run_main_logged(workdir, "tiny.py", *FLAGS, *flags,
+                                 env=helpers.child_env(), here=True)
+
+
 @pytest.mark.slow
 def test_run_from_shards_is_the_run_from_text_and_resumes_after_kill9(
     tmp_path):
@@ -56,9 +62,9 @@ def test_run_from_shards_is_the_run_from_text_and_resumes_after_kill9(
   assert os.path.isfile(tokenizer)
 
   from_text = str(tmp_path / "text")
-  assert _main(from_text, f"--config.data.sources={text}",
-               f"--config.data.tokenizer_path={tokenizer}").wait(900) == 0, (
-                   helpers.run_log(from_text)[-3000:])
+  assert _main_here(from_text, f"--config.data.sources={text}",
+                    f"--config.data.tokenizer_path={tokenizer}") == 0, (
+                        helpers.run_log(from_text)[-3000:])
   want = {r["step"]: r["loss"] for r in helpers.train_records(from_text)}
   assert sorted(want) == list(range(1, NUM_STEPS + 1))
 
@@ -70,7 +76,7 @@ def test_run_from_shards_is_the_run_from_text_and_resumes_after_kill9(
   assert proc.wait(timeout=60) == -signal.SIGKILL
   killed = helpers.train_records(workdir)
   assert max(r["step"] for r in killed) < 2 * SAVE_EVERY
-  assert _main(workdir, flag).wait(900) == 0, helpers.run_log(workdir)[-3000:]
+  assert _main_here(workdir, flag) == 0, helpers.run_log(workdir)[-3000:]
   log = helpers.run_log(workdir)
   assert "Resumed from checkpoint step 5" in log, log[-3000:]
   resumed = helpers.train_records(workdir)[len(killed):]

@@ -287,12 +287,25 @@ app.run(main.main)
 
 
 def run_main_logged(workdir, config: str, *flags, env: dict,
-                    kill_after: int | None = None, timeout=600) -> int:
+                    kill_after: int | None = None, timeout=600,
+                    here: bool = False) -> int:
   """`python -m bert_jax.main --config configs/<config> --workdir WORKDIR
   *flags` to its end, the output appended to WORKDIR.log (`run_log`), so
   that a killed run and its rerun read as one log. With `kill_after`, the
   run SIGKILLs itself right after the checkpoint of that step is
-  committed. Returns the exit code (-SIGKILL when killed)."""
+  committed. With `here`, a run that is not killed runs in this process
+  (`in_process`; `env` is this process's: one device, the suite's XLA
+  flags, so a child's losses bit for bit) without a child's start-up.
+  Returns the exit code (-SIGKILL when killed)."""
+  args = ["--config", os.path.join(REPO, "configs", config), "--workdir",
+          workdir, *flags]
+  if here:
+    from tests.helpers import in_process  # pylint: disable=g-import-not-at-top
+    assert kill_after is None and "XLA_FLAGS" not in env, (kill_after, env)
+    result = in_process.run_module("main", *args)
+    with open(f"{workdir}.log", "a") as log:
+      log.write(result.stdout + result.stderr)
+    return result.returncode
   head = [sys.executable, "-m", "bert_jax.main"]
   if kill_after is not None:
     driver = os.path.join(os.path.dirname(workdir), "kill_driver.py")
@@ -302,8 +315,7 @@ def run_main_logged(workdir, config: str, *flags, env: dict,
     env = dict(env, KILL_AFTER=str(kill_after))
   with open(f"{workdir}.log", "a") as log:
     return subprocess.run(
-        [*head, "--config", os.path.join(REPO, "configs", config),
-         "--workdir", workdir, *flags], cwd=REPO, env=env, stdout=log,
+        [*head, *args], cwd=REPO, env=env, stdout=log,
         stderr=subprocess.STDOUT, timeout=timeout).returncode
 
 

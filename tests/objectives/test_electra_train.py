@@ -23,8 +23,10 @@ import time
 import numpy as np
 import pytest
 
+from tests import helpers
 from tests.helpers import REPO
 from tests.helpers import child_env
+from tests.helpers import in_process
 
 pytestmark = pytest.mark.slow
 
@@ -136,6 +138,12 @@ def _start(workdir, env):
       stderr=subprocess.STDOUT)
 
 
+def _run_here(workdir, env) -> int:
+  """`_start`'s command run to its end in this process: its exit status."""
+  return helpers.run_main_logged(str(workdir), "electra_small.py", *FLAGS,
+                                 env=env, here=True)
+
+
 def _losses(workdir) -> dict[int, float]:
   path = os.path.join(workdir, "metrics.jsonl")
   out = {}
@@ -155,8 +163,7 @@ def test_electra_resumes_exactly_after_kill(tmp_path):
   env = child_env()  # The suite's compilation cache: the runs compile once.
   env.pop("XLA_FLAGS", None)  # One device, both runs.
   ref_dir, run_dir = tmp_path / "reference", tmp_path / "killed"
-  proc = _start(ref_dir, env)
-  assert proc.wait(timeout=900) == 0, open(f"{ref_dir}.log").read()[-3000:]
+  assert _run_here(ref_dir, env) == 0, open(f"{ref_dir}.log").read()[-3000:]
   reference = _losses(ref_dir)
   assert sorted(reference) == list(range(1, NUM_STEPS + 1))
 
@@ -174,8 +181,7 @@ def test_electra_resumes_exactly_after_kill(tmp_path):
   proc.wait()
   killed_at = max(_losses(run_dir))
   assert killed_at < NUM_STEPS
-  proc = _start(run_dir, env)
-  assert proc.wait(timeout=900) == 0, open(f"{run_dir}.log").read()[-3000:]
+  assert _run_here(run_dir, env) == 0, open(f"{run_dir}.log").read()[-3000:]
   log = open(f"{run_dir}.log").read()
   assert "Resumed from checkpoint step" in log
   resumed = _losses(run_dir)
@@ -186,8 +192,7 @@ def test_electra_resumes_exactly_after_kill(tmp_path):
 # ------------------------------------------------------------------------------
 # A trained run: fill-mask in a fresh process, export, continue from the export.
 # ------------------------------------------------------------------------------
-MAIN = [sys.executable, "-m", "bert_jax.main", "--config",
-        os.path.join(REPO, "configs", "electra_small.py")]
+CONFIG = ["--config", os.path.join(REPO, "configs", "electra_small.py")]
 RUN_FLAGS = [f for f in FLAGS if "num_steps" not in f] + [
     "--config.train.num_steps=4"]
 
@@ -202,9 +207,8 @@ def _env():
 def trained_run(tmp_path_factory):
   """configs/electra_small.py shrunk (FLAGS), 4 steps: a workdir."""
   run = tmp_path_factory.mktemp("electra_run") / "run"
-  proc = subprocess.run([*MAIN, "--workdir", str(run), *RUN_FLAGS], cwd=REPO,
-                        env=_env(), capture_output=True, text=True,
-                        timeout=900)
+  proc = in_process.run_module("main", *CONFIG, "--workdir", str(run),
+                               *RUN_FLAGS)
   assert proc.returncode == 0, proc.stderr[-3000:]
   return run
 
@@ -235,7 +239,7 @@ def test_export_run_to_hf_and_continue_pretraining_from_it(trained_run,
   from bert_jax import pretrained
   from bert_jax.hf import mapping
   from tests.helpers.electra_batches import masked_batch
-  env, flags, cmd, run = _env(), RUN_FLAGS, MAIN, trained_run
+  env, run = _env(), trained_run
   out = tmp_path / "hf"
   proc = subprocess.run([sys.executable, "tools/convert_to_hf.py",
                          "--workdir", str(run), "--output", str(out)],
@@ -298,10 +302,9 @@ def test_export_run_to_hf_and_continue_pretraining_from_it(trained_run,
                              [r["score"] for r in theirs], atol=1e-5)
 
   # Continue pretraining from the Hugging Face pair (train.init_from).
-  proc = subprocess.run(
-      [*cmd, "--workdir", str(tmp_path / "continued"), *flags,
-       f"--config.train.init_from={out}"], cwd=REPO, env=env,
-      capture_output=True, text=True, timeout=900)
+  proc = in_process.run_module(
+      "main", *CONFIG, "--workdir", str(tmp_path / "continued"), *RUN_FLAGS,
+      f"--config.train.init_from={out}")
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "train.init_from: params of" in proc.stderr
   assert "ElectraForPreTraining + ElectraForMaskedLM" in proc.stderr

@@ -215,8 +215,10 @@ def env():
 
 
 def _run(workdir, env, *extra, kill_after=None):
+  """A run killed after a save is a child; the others run in this process."""
   return helpers.run_main_logged(workdir, "tiny.py", *FLAGS, *extra, env=env,
-                                 kill_after=kill_after)
+                                 kill_after=kill_after,
+                                 here=kill_after is None)
 
 
 def _losses(records) -> dict[int, float]:

@@ -1,10 +1,11 @@
 """End to end: `python -m bert_jax.main` killed, preempted, fed a NaN.
 
-One uninterrupted reference run; then the same command is killed with
-SIGKILL at a step the test picks, rerun and sent SIGTERM, and rerun to the
-end: every per-step loss must equal the reference's exactly (CPU, same
-config, same device count). All runs share a persistent compilation cache,
-so only the first one compiles.
+One uninterrupted reference run, in this process; then the same command in
+child processes, killed with SIGKILL at a step the test picks, rerun and
+sent SIGTERM, and rerun to the end: every per-step loss must equal the
+reference's exactly (CPU, same config, same device count, same XLA flags).
+All runs share a persistent compilation cache, so only the first one
+compiles.
 """
 
 import math
@@ -22,6 +23,7 @@ from tests import helpers
 from tests.helpers import REPO
 from tests.helpers import TINY_OVERRIDES
 from tests.helpers import child_env
+from tests.helpers import in_process
 
 pytestmark = pytest.mark.slow
 
@@ -79,11 +81,15 @@ def env():
   return e
 
 
+def _args(workdir, *extra):
+  return ["--config", os.path.join(REPO, "configs", "tiny.py"), "--workdir",
+          str(workdir), *FLAGS, *extra]
+
+
 def _cmd(workdir, *extra, driver=None):
   head = ([sys.executable, str(driver)] if driver else
           [sys.executable, "-m", "bert_jax.main"])
-  return [*head, "--config", os.path.join(REPO, "configs", "tiny.py"),
-          "--workdir", str(workdir), *FLAGS, *extra]
+  return [*head, *_args(workdir, *extra)]
 
 
 def _start(workdir, env, *extra, driver=None, extra_env=None):
@@ -123,11 +129,13 @@ def _resumed_from(log: str) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory, env):
+def reference(tmp_path_factory):
+  """The uninterrupted run, in this process (same device count and XLA
+  flags as the children, so the same losses bit for bit)."""
   workdir = str(tmp_path_factory.mktemp("reference") / "run")
   os.makedirs(workdir)
-  rc = _finish(_start(workdir, env))
-  assert rc == 0, helpers.run_log(workdir)[-3000:]
+  result = in_process.run_module("main", *_args(workdir))
+  assert result.returncode == 0, result.stderr[-3000:]
   losses = _losses(helpers.train_records(workdir))
   assert sorted(losses) == list(range(1, NUM_STEPS + 1))
   assert all(math.isfinite(v) for v in losses.values())
