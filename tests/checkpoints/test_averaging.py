@@ -15,12 +15,13 @@ import numpy as np
 import pytest
 
 from tests import helpers
+from tests.helpers import in_process
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp("avg") / "run")
-  result = helpers.run_main(
+  result = in_process.run_main(
       workdir, "--config.train.num_steps=6", "--config.train.eval_every=2",
       "--config.checkpoint.save_every_steps=2",
       "--config.checkpoint.max_to_keep=10",

@@ -150,13 +150,13 @@ def test_pretraining_on_parquet_and_jsonl_resumes_exactly(corpus, tmp_path):
            "--config.train.num_steps=6", "--config.train.log_every=1",
            "--config.checkpoint.save_every_steps=2",
            "--config.checkpoint.async_save=False")
-  first = helpers.run_main(workdir, *flags)
+  first = in_process.run_main(workdir, *flags)
   assert first.returncode == 0, first.stderr[-3000:]
   assert first.stderr.count("Prepared ") == 2, first.stderr[-3000:]
   straight = {r["step"]: r["loss"] for r in _records_in(workdir)}
   import shutil
   shutil.rmtree(workdir / "checkpoints" / "6")
-  second = helpers.run_main(workdir, *flags)
+  second = in_process.run_main(workdir, *flags)
   assert second.returncode == 0, second.stderr[-3000:]
   assert "Resumed from checkpoint step 4" in second.stderr
   assert "Prepared " not in second.stderr  # The files it trained on.

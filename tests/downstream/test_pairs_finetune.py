@@ -24,6 +24,7 @@ import pytest
 from bert_jax.downstream import finetuning
 from bert_jax.downstream import sentence_embeddings
 from tests import helpers
+from tests.helpers import in_process
 from tests.helpers import tiny_models
 
 DATA = os.path.join(helpers.REPO, "tests", "data_files")
@@ -149,8 +150,8 @@ def test_packed_rows_train_and_score_as_padded_texts(finished, padded):
 def test_the_export_loads_in_sentence_transformers(finished, tmp_path):
   st = pytest.importorskip("sentence_transformers")
   out = str(tmp_path / "export")
-  proc = helpers.run_module("to_hf", "--workdir", finished["workdir"],
-                            "--output", out)
+  proc = in_process.run_module("to_hf", "--workdir", finished["workdir"],
+                               "--output", out)
   assert proc.returncode == 0, proc.stderr[-3000:]
   sentences = ["The company said it would cut 500 jobs.",
                "Shares rose 3 percent in early trading.", ""]

@@ -116,8 +116,8 @@ def test_the_embed_command_uses_the_models_own_pooling(model_dir, tmp_path):
   inp = tmp_path / "lines.txt"
   inp.write_text("".join(s + "\n" for s in SENTENCES[:6]))
   out = str(tmp_path / "v.npy")
-  res = helpers.run_module("embed", "--model", model_dir, "--input",
-                           str(inp), "--output", out)
+  res = in_process.run_module("embed", "--model", model_dir, "--input",
+                              str(inp), "--output", out)
   assert res.returncode == 0, res.stderr[-3000:]
   assert "(mean pooling, normalised, 64 tokens at most)" in res.stdout
   vectors = np.load(out)
@@ -153,7 +153,7 @@ def test_the_scoring_command_on_sts_pairs_and_retrieval(model_dir,
       str(tmp_path / "beir"), os.path.join(DATA, "mrpc_dev.tsv"),
       "#1 String", "#2 String", "Quality")
   out, run = str(tmp_path / "results.json"), str(tmp_path / "run.trec")
-  res = helpers.run_module(
+  res = in_process.run_module(
       "evaluate_embeddings", "--model", model_dir, "--pairs",
       os.path.join(DATA, "stsb_dev.tsv"), "--beir", beir_dir, "--top_k",
       "20", "--run_file", run, "--output", out)

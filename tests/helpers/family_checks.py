@@ -6,10 +6,11 @@ RoBERTa), and for BERT, ModernBERT and RoBERTa on packed rows
 simulated CPU devices (DP=8, FSDP=8, DP=4 x TP=2) in a subprocess whose
 XLA_FLAGS are set before jax is imported, and returns the per-step losses;
 `assert_meshes_agree` checks them against the single device's.
-`assert_resume_is_exact` runs `python -m bert_jax.main` for 8 steps,
-copies its workdir keeping only the step-4 checkpoint, reruns the same
-command there (restoring state and data-iterator position) and checks that
-steps 5-8 give the first run's losses exactly.
+`assert_resume_is_exact` runs `python -m bert_jax.main` for 8 steps (in
+this process: no run is killed), copies its workdir keeping only the step-4
+checkpoint, reruns the same command there (restoring state and
+data-iterator position) and checks that steps 5-8 give the first run's
+losses exactly.
 Run as a script, this file is the subprocess of `mesh_losses`.
 """
 
@@ -146,25 +147,25 @@ def _train_losses(workdir) -> dict:
 def assert_resume_is_exact(tmp_path, config_file: str, *flags) -> str:
   """The run of configs/`config_file` (shrunk, with `flags`) resumed from
   its step-4 checkpoint logs steps 5-8 with the straight run's losses,
-  bit for bit. Returns the straight run's workdir."""
+  bit for bit. Returns the straight run's workdir. Both runs are
+  `python -m bert_jax.main` in this process (neither is killed)."""
   from tests.helpers import TINY_OVERRIDES
-  from tests.helpers import child_env
-  cmd = lambda w: [sys.executable, "-m", "bert_jax.main", "--config",
-                   os.path.join(REPO, "configs", config_file), "--workdir",
-                   w, *TINY_OVERRIDES, "--config.train.num_steps=8",
-                   "--config.train.log_every=1",
-                   "--config.train.eval_every=1000",
-                   "--config.checkpoint.save_every_steps=4",
-                   "--config.checkpoint.max_to_keep=5",
-                   "--config.checkpoint.async_save=False", *flags]
+  from tests.helpers import in_process
+  args = lambda w: ["--config", os.path.join(REPO, "configs", config_file),
+                    "--workdir", w, *TINY_OVERRIDES,
+                    "--config.train.num_steps=8",
+                    "--config.train.log_every=1",
+                    "--config.train.eval_every=1000",
+                    "--config.checkpoint.save_every_steps=4",
+                    "--config.checkpoint.max_to_keep=5",
+                    "--config.checkpoint.async_save=False", *flags]
   a, b = os.path.join(str(tmp_path), "a"), os.path.join(str(tmp_path), "b")
   for workdir in (a, b):
     if workdir == b:  # Step 4 only: as if the first run had died after it.
       shutil.copytree(a, b)
       shutil.rmtree(os.path.join(b, "checkpoints", "8"))
       os.remove(os.path.join(b, "metrics.jsonl"))
-    proc = subprocess.run(cmd(workdir), cwd=REPO, env=child_env(),
-                          capture_output=True, text=True, timeout=900)
+    proc = in_process.run_module("main", *args(workdir))
     assert proc.returncode == 0, proc.stderr[-5000:]
   assert "Resumed from checkpoint step 4" in proc.stderr, proc.stderr[-3000:]
   straight, resumed = _train_losses(a), _train_losses(b)

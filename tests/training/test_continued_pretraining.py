@@ -12,8 +12,6 @@ table."""
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -21,6 +19,7 @@ import pytest
 from bert_jax.data import demo_corpus
 from tests import helpers
 from tests.helpers import REPO
+from tests.helpers import in_process
 from tests.helpers import tokenizer_dirs
 
 transformers = pytest.importorskip("transformers")
@@ -61,14 +60,11 @@ def test_continued_pretraining_from_a_hugging_face_directory(tmp_path,
   source = make(str(tmp_path / "source"))
   train, held_out = _domain(tmp_path)
   workdir = str(tmp_path / "run")
-  proc = subprocess.run(
-      [sys.executable, "-m", "bert_jax.main", "--config",
-       os.path.join(REPO, "configs", config_file), "--workdir", workdir,
-       f"--config.train.init_from={source}",
-       f"--config.data.sources={train}",
-       f"--config.data.eval_sources={held_out}", *FLAGS],
-      cwd=REPO, env=helpers.child_env(), capture_output=True, text=True,
-      timeout=1200)
+  proc = in_process.run_module(
+      "main", "--config", os.path.join(REPO, "configs", config_file),
+      "--workdir", workdir, f"--config.train.init_from={source}",
+      f"--config.data.sources={train}",
+      f"--config.data.eval_sources={held_out}", *FLAGS)
   assert proc.returncode == 0, proc.stderr[-3000:]
   line = next((ln for ln in proc.stderr.splitlines()
                if f"Model from train.init_from={source}: " in ln), "")
@@ -86,7 +82,7 @@ def test_continued_pretraining_from_a_hugging_face_directory(tmp_path,
   assert last["loss"] < first["loss"] - 0.5
 
   out = str(tmp_path / "hf")
-  export = helpers.run_module("to_hf", "--workdir", workdir, "--output", out)
+  export = in_process.run_module("to_hf", "--workdir", workdir, "--output", out)
   assert export.returncode == 0, export.stderr[-3000:]
   with open(os.path.join(source, "config.json")) as f:
     theirs = json.load(f)

@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from tests.helpers import run_main
+from tests.helpers.in_process import run_main
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,6 @@ from bert_jax.training import metrics_writer
 from bert_jax.training import pretraining_input
 from bert_jax.training import trainer as trainer_lib
 from tests.helpers import in_process
-from tests.helpers import run_main
 from tests.helpers import tiny_config
 
 
@@ -65,9 +64,9 @@ def test_loss_falls_and_metrics_are_logged(tmp_path):
 def test_rerun_resumes_from_latest_checkpoint(tmp_path):
   common = ("--config.train.log_every=1", "--config.train.eval_every=100",
             "--config.checkpoint.save_every_steps=3")
-  first = run_main(tmp_path, "--config.train.num_steps=6", *common)
+  first = in_process.run_main(tmp_path, "--config.train.num_steps=6", *common)
   assert first.returncode == 0, first.stderr[-3000:]
-  second = run_main(tmp_path, "--config.train.num_steps=9", *common)
+  second = in_process.run_main(tmp_path, "--config.train.num_steps=9", *common)
   assert second.returncode == 0, second.stderr[-3000:]
   assert "Resumed from checkpoint step 6" in second.stderr
   steps = [r["step"] for r in read_metrics(tmp_path)]
