@@ -23,7 +23,6 @@ from tests.helpers import REPO
 from tests.helpers import TINY_OVERRIDES
 from tests.helpers import child_env
 from tests.helpers import in_process
-from tests.helpers import run_main
 
 SAVE_EVERY = 10
 FLAGS = ("--config.train.log_every=1", "--config.train.eval_every=100000",
@@ -166,7 +165,8 @@ def _file_size_limit():
 @pytest.mark.slow
 def test_failed_async_save_stops_at_next_step_with_one_line(tmp_path):
   workdir = tmp_path / "run"
-  first = run_main(workdir, *FLAGS, f"--config.train.num_steps={SAVE_EVERY}")
+  first = in_process.run_main(workdir, *FLAGS,
+                              f"--config.train.num_steps={SAVE_EVERY}")
   assert first.returncode == 0, first.stderr[-3000:]
   # Same command, longer, on a "full disk": a save cannot write its arrays
   # (each ~1 MB), in Orbax's background thread. Which save first writes a
@@ -356,7 +356,8 @@ cli.run(main.main)
 def test_reports_after_the_error_line_go_to_the_details_file(tmp_path,
                                                              verbose):
   workdir = tmp_path / "run"
-  first = run_main(workdir, *FLAGS, f"--config.train.num_steps={SAVE_EVERY}")
+  first = in_process.run_main(workdir, *FLAGS,
+                              f"--config.train.num_steps={SAVE_EVERY}")
   assert first.returncode == 0, first.stderr[-3000:]
   driver = tmp_path / "driver.py"
   driver.write_text(_LATE_REPORTS_DRIVER)
