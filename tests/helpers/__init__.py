@@ -286,6 +286,16 @@ app.run(main.main)
 """
 
 
+def _run_here_logged(workdir, module: str, *args) -> int:
+  """`python -m bert_jax.<module> *args` in this process, its output
+  appended to WORKDIR.log as a child's; its exit status."""
+  from tests.helpers import in_process  # pylint: disable=g-import-not-at-top
+  result = in_process.run_module(module, *args)
+  with open(f"{workdir}.log", "a") as log:
+    log.write(result.stdout + result.stderr)
+  return result.returncode
+
+
 def run_main_logged(workdir, config: str, *flags, env: dict,
                     kill_after: int | None = None, timeout=600,
                     here: bool = False) -> int:
@@ -300,12 +310,8 @@ def run_main_logged(workdir, config: str, *flags, env: dict,
   args = ["--config", os.path.join(REPO, "configs", config), "--workdir",
           workdir, *flags]
   if here:
-    from tests.helpers import in_process  # pylint: disable=g-import-not-at-top
     assert kill_after is None and "XLA_FLAGS" not in env, (kill_after, env)
-    result = in_process.run_module("main", *args)
-    with open(f"{workdir}.log", "a") as log:
-      log.write(result.stdout + result.stderr)
-    return result.returncode
+    return _run_here_logged(workdir, "main", *args)
   head = [sys.executable, "-m", "bert_jax.main"]
   if kill_after is not None:
     driver = os.path.join(os.path.dirname(workdir), "kill_driver.py")
@@ -371,11 +377,7 @@ def assert_resumes_exactly_after_kill9(cmd, workdir, env, *, kill_after: int,
     if cmd[1] != "-m" or not cmd[2].startswith("bert_jax.") or (
         "XLA_FLAGS" in env):
       return start().wait(timeout=900)
-    from tests.helpers import in_process  # pylint: disable=g-import-not-at-top
-    result = in_process.run_module(cmd[2][len("bert_jax."):], *cmd[3:])
-    with open(f"{workdir}.log", "a") as log:
-      log.write(result.stdout + result.stderr)
-    return result.returncode
+    return _run_here_logged(workdir, cmd[2][len("bert_jax."):], *cmd[3:])
 
   saved = kill_after // save_every * save_every
   proc = start()
