@@ -42,3 +42,23 @@ def optimized():
   jax.config.update("jax_disable_most_optimizations", False)
   yield
   jax.config.update("jax_disable_most_optimizations", disabled)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def temp_files_under_basetemp(tmp_path_factory):
+  """The temporary files the suite does not name itself -- TFDS's metadata
+  directories (`tmp*tfds`, one per unprepared builder, never removed), the
+  details file of each failed bert_jax command, those of the children --
+  go under pytest's base temp (which keeps the last three runs), not the
+  machine's temp directory."""
+  import tempfile  # pylint: disable=g-import-not-at-top
+  path = str(tmp_path_factory.mktemp("tmp"))
+  saved = os.environ.get("TMPDIR"), tempfile.tempdir
+  os.environ["TMPDIR"] = path
+  tempfile.tempdir = path
+  yield
+  if saved[0] is None:
+    del os.environ["TMPDIR"]
+  else:
+    os.environ["TMPDIR"] = saved[0]
+  tempfile.tempdir = saved[1]

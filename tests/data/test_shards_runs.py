@@ -38,7 +38,7 @@ def _main(workdir, *flags):
 def _main_here(workdir, *flags) -> int:
   """`_main`'s command run to its end in this process: its exit status."""
   return helpers.run_main_logged(workdir, "tiny.py", *FLAGS, *flags,
-                                 env=helpers.child_env(), here=True)
+                                 here=True)
 
 
 @pytest.mark.slow

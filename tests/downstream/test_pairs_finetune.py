@@ -16,7 +16,6 @@ anything is written.
 import json
 import os
 import shutil
-import sys
 
 import numpy as np
 import pytest
@@ -190,9 +189,8 @@ def _flags(setup, workdir, steps):
 def test_a_killed_run_resumes_exactly(setup):
   workdir = os.path.join(setup["base"], "killed")
   helpers.assert_resumes_exactly_after_kill9(
-      [sys.executable, "-m", "bert_jax.finetune",
-       *_flags(setup, workdir, 14)], workdir, helpers.child_env(),
-      kill_after=7, save_every=5, num_steps=14)
+      "finetune", _flags(setup, workdir, 14), workdir, kill_after=7,
+      save_every=5, num_steps=14)
 
 
 # -----------------------------------------------------------------------------

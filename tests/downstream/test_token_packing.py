@@ -34,6 +34,7 @@ from bert_jax.downstream import finetuning
 from bert_jax.training import steps as steps_lib
 from tests import helpers
 from tests.helpers import family_checks
+from tests.helpers import in_process
 from tests.helpers import packed_rows
 from tests.helpers import span_tag_tasks
 from tests.helpers import tiny_models
@@ -211,8 +212,9 @@ def test_packed_ner_finetuning_matches_buckets_over_three_seeds(
 
 
 def _flags(ner, workdir, *extra):
+  """`python -m bert_jax.finetune`'s arguments for the packed NER run."""
   c = ner_config(ner, True)
-  return [sys.executable, "-m", "bert_jax.finetune", "--config",
+  return ["--config",
           os.path.join(helpers.REPO, "configs", "ner.py"), "--workdir",
           workdir, f"--config.task.name={c.task.name}",
           f"--config.task.train_file={c.task.train_file}",
@@ -231,15 +233,20 @@ def _flags(ner, workdir, *extra):
 @pytest.mark.slow
 def test_packed_ner_runs_the_same_on_one_and_eight_devices(ner):
   """The whole run (packed input, steps, evaluation) on 8 simulated devices,
-  data x fsdp, gives the one-device run's losses and scores."""
+  data x fsdp, gives the one-device run's losses and scores (that run in
+  this process, the 8-device one in a child)."""
   runs = {}
   for name, mesh in (("single", ()), ("dp2_fsdp4", (
       "--config.mesh.data=2", "--config.mesh.fsdp=4"))):
     workdir = str(ner["base"] / f"mesh_{name}")
-    proc = subprocess.run(_flags(ner, workdir, "--config.train.num_steps=6",
-                                 *mesh), cwd=helpers.REPO,
-                          env=helpers.child_env(devices=8), capture_output=True,
-                          text=True, timeout=900)
+    args = _flags(ner, workdir, "--config.train.num_steps=6", *mesh)
+    if mesh:
+      proc = subprocess.run(
+          [sys.executable, "-m", "bert_jax.finetune", *args],
+          cwd=helpers.REPO, env=helpers.child_env(devices=8),
+          capture_output=True, text=True, timeout=900)
+    else:
+      proc = in_process.run_module("finetune", *args)
     assert proc.returncode == 0, proc.stderr[-4000:]
     with open(os.path.join(workdir, "results.json")) as f:
       runs[name] = (helpers.train_records(workdir), json.load(f)["scores"])
@@ -258,9 +265,8 @@ def test_packed_ner_run_resumes_exactly_after_kill9(ner):
   steps 6-7 with the killed run's losses bit for bit: the packed rows not
   yet fed are part of the checkpoint."""
   workdir = str(ner["base"] / "kill9")
-  cmd = _flags(ner, workdir, "--config.train.num_steps=14",
-               "--config.checkpoint.save_every_steps=5",
-               "--config.checkpoint.async_save=False")
+  args = _flags(ner, workdir, "--config.train.num_steps=14",
+                "--config.checkpoint.save_every_steps=5",
+                "--config.checkpoint.async_save=False")
   helpers.assert_resumes_exactly_after_kill9(
-      cmd, workdir, helpers.child_env(), kill_after=7, save_every=5,
-      num_steps=14)
+      "finetune", args, workdir, kill_after=7, save_every=5, num_steps=14)

@@ -296,23 +296,27 @@ def _run_here_logged(workdir, module: str, *args) -> int:
   return result.returncode
 
 
-def run_main_logged(workdir, config: str, *flags, env: dict,
+def run_main_logged(workdir, config: str, *flags, env: dict | None = None,
                     kill_after: int | None = None, timeout=600,
                     here: bool = False) -> int:
   """`python -m bert_jax.main --config configs/<config> --workdir WORKDIR
   *flags` to its end, the output appended to WORKDIR.log (`run_log`), so
-  that a killed run and its rerun read as one log. With `kill_after`, the
-  run SIGKILLs itself right after the checkpoint of that step is
-  committed. With `here`, a run that is not killed runs in this process
-  (`in_process`; `env` is this process's: one device, the suite's XLA
-  flags, so a child's losses bit for bit) without a child's start-up.
-  Returns the exit code (-SIGKILL when killed)."""
+  that a killed run and its rerun read as one log. Returns the exit code
+  (-SIGKILL when killed).
+
+  A child runs with `env` (`child_env()` if None). With `kill_after`, it
+  SIGKILLs itself right after the checkpoint of that step is committed.
+  With `here`, the run is never killed and runs in this process
+  (`in_process`) without a child's start-up: it has this process's
+  environment and devices, which are `child_env()`'s, so `env` must stay
+  None."""
   args = ["--config", os.path.join(REPO, "configs", config), "--workdir",
           workdir, *flags]
   if here:
-    assert kill_after is None and "XLA_FLAGS" not in env, (kill_after, env)
+    assert env is None and kill_after is None, (env, kill_after)
     return _run_here_logged(workdir, "main", *args)
   head = [sys.executable, "-m", "bert_jax.main"]
+  env = child_env() if env is None else env
   if kill_after is not None:
     driver = os.path.join(os.path.dirname(workdir), "kill_driver.py")
     with open(driver, "w") as f:
@@ -357,36 +361,28 @@ def wait_for_step(proc, workdir, step, skip=0, timeout=600):
   pytest.fail(f"step {step} not reached in {timeout}s")
 
 
-def assert_resumes_exactly_after_kill9(cmd, workdir, env, *, kill_after: int,
-                                       save_every: int, num_steps: int):
-  """`cmd` (a run of `num_steps` steps that logs each and saves a checkpoint
-  every `save_every`, synchronously) killed with SIGKILL once step
-  `kill_after` is logged, then the same command again: the rerun resumes
-  from the last checkpoint before the kill, runs to the end, and the steps
-  it redoes have the killed run's losses bit for bit. Both runs' output
-  goes to WORKDIR.log. The rerun, which nobody kills, runs in this
-  process when `cmd` is ``python -m bert_jax.<module>`` on this process's
-  devices (no XLA_FLAGS in `env`)."""
-
-  def start():
-    with open(f"{workdir}.log", "a") as log:
-      return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log,
-                              stderr=subprocess.STDOUT, text=True)
-
-  def rerun() -> int:
-    if cmd[1] != "-m" or not cmd[2].startswith("bert_jax.") or (
-        "XLA_FLAGS" in env):
-      return start().wait(timeout=900)
-    return _run_here_logged(workdir, cmd[2][len("bert_jax."):], *cmd[3:])
-
+def assert_resumes_exactly_after_kill9(module: str, args, workdir, *,
+                                       kill_after: int, save_every: int,
+                                       num_steps: int):
+  """`python -m bert_jax.<module> *args` (a run of `num_steps` steps that
+  logs each and saves a checkpoint every `save_every`, synchronously) in a
+  child (`child_env()`) killed with SIGKILL once step `kill_after` is
+  logged, then the same command again, in this process (nobody kills it):
+  the rerun resumes from the last checkpoint before the kill, runs to the
+  end, and the steps it redoes have the killed run's losses bit for bit.
+  Both runs' output goes to WORKDIR.log."""
   saved = kill_after // save_every * save_every
-  proc = start()
+  with open(f"{workdir}.log", "a") as log:
+    proc = subprocess.Popen([sys.executable, "-m", f"bert_jax.{module}",
+                             *args], cwd=REPO, env=child_env(), stdout=log,
+                            stderr=subprocess.STDOUT, text=True)
   wait_for_step(proc, workdir, kill_after)
   proc.send_signal(signal.SIGKILL)
   assert proc.wait(timeout=60) == -signal.SIGKILL
   killed = {r["step"]: r for r in train_records(workdir)}
   assert max(killed) < saved + save_every, "killed too late to test resume"
-  assert rerun() == 0, run_log(workdir)[-3000:]
+  assert _run_here_logged(workdir, module, *args) == 0, (
+      run_log(workdir)[-3000:])
   assert f"Resumed from checkpoint step {saved}" in run_log(workdir)
   resumed = train_records(workdir)[len(killed):]
   assert [r["step"] for r in resumed] == list(range(saved + 1, num_steps + 1))

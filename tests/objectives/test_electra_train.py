@@ -138,10 +138,10 @@ def _start(workdir, env):
       stderr=subprocess.STDOUT)
 
 
-def _run_here(workdir, env) -> int:
+def _run_here(workdir) -> int:
   """`_start`'s command run to its end in this process: its exit status."""
   return helpers.run_main_logged(str(workdir), "electra_small.py", *FLAGS,
-                                 env=env, here=True)
+                                 here=True)
 
 
 def _losses(workdir) -> dict[int, float]:
@@ -160,10 +160,8 @@ def _losses(workdir) -> dict[int, float]:
 
 
 def test_electra_resumes_exactly_after_kill(tmp_path):
-  env = child_env()  # The suite's compilation cache: the runs compile once.
-  env.pop("XLA_FLAGS", None)  # One device, both runs.
   ref_dir, run_dir = tmp_path / "reference", tmp_path / "killed"
-  assert _run_here(ref_dir, env) == 0, open(f"{ref_dir}.log").read()[-3000:]
+  assert _run_here(ref_dir) == 0, open(f"{ref_dir}.log").read()[-3000:]
   reference = _losses(ref_dir)
   assert sorted(reference) == list(range(1, NUM_STEPS + 1))
 
@@ -171,7 +169,7 @@ def test_electra_resumes_exactly_after_kill(tmp_path):
   for name in os.listdir(ref_dir):
     if name.startswith(("tokenizer", "demo_corpus")):
       shutil.copytree(ref_dir / name, run_dir / name)
-  proc = _start(run_dir, env)
+  proc = _start(run_dir, child_env())
   deadline = time.time() + 900
   while max(_losses(run_dir), default=0) < KILL_AT:
     assert proc.poll() is None, open(f"{run_dir}.log").read()[-3000:]
@@ -181,7 +179,7 @@ def test_electra_resumes_exactly_after_kill(tmp_path):
   proc.wait()
   killed_at = max(_losses(run_dir))
   assert killed_at < NUM_STEPS
-  assert _run_here(run_dir, env) == 0, open(f"{run_dir}.log").read()[-3000:]
+  assert _run_here(run_dir) == 0, open(f"{run_dir}.log").read()[-3000:]
   log = open(f"{run_dir}.log").read()
   assert "Resumed from checkpoint step" in log
   resumed = _losses(run_dir)

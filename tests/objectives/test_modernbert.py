@@ -47,8 +47,7 @@ def _run(workdir, *extra, kill_after=None):
   """A run killed after a save is a child; the others run in this process.
   The suite's persistent XLA cache: the three runs' steps compile once."""
   return helpers.run_main_logged(workdir, "modernbert_base.py", *FLAGS,
-                                 *extra, env=helpers.child_env(),
-                                 kill_after=kill_after, timeout=900,
+                                 *extra, kill_after=kill_after, timeout=900,
                                  here=kill_after is None)
 
 

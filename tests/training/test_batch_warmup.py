@@ -201,10 +201,11 @@ LOG_ONLY = ("--config.checkpoint.save_every_steps=1000",)
 def _run(workdir, devices=1, *extra, kill_after=None):
   """A run on 8 devices or killed after a save is a child; the others run
   in this process."""
-  env = helpers.child_env(devices=None if devices == 1 else devices)
   return helpers.run_main_logged(
-      workdir, "tiny.py", *FLAGS, *extra, env=env, kill_after=kill_after,
-      timeout=900, here=devices == 1 and kill_after is None)
+      workdir, "tiny.py", *FLAGS, *extra,
+      env=None if devices == 1 else helpers.child_env(devices=devices),
+      kill_after=kill_after, timeout=900,
+      here=devices == 1 and kill_after is None)
 
 
 def _records(workdir):

@@ -57,9 +57,7 @@ def _start(workdir, env):
 
 def test_packed_run_resumes_exactly_after_kill9(tmp_path):
   workdir = str(tmp_path / "run")
-  env = helpers.child_env()
-  env.pop("XLA_FLAGS", None)
-  proc = _start(workdir, env)
+  proc = _start(workdir, helpers.child_env())
   helpers.wait_for_step(proc, workdir, KILL_AT)
   proc.send_signal(signal.SIGKILL)
   assert proc.wait(timeout=60) == -signal.SIGKILL
@@ -67,7 +65,7 @@ def test_packed_run_resumes_exactly_after_kill9(tmp_path):
   assert max(killed) < 2 * SAVE_EVERY, "killed too late to test resume"
 
   # The rerun is not killed: it runs in this process.
-  assert helpers.run_main_logged(workdir, "tiny.py", *FLAGS, env=env,
+  assert helpers.run_main_logged(workdir, "tiny.py", *FLAGS,
                                  here=True) == 0, (
                                      helpers.run_log(workdir)[-3000:])
   log = helpers.run_log(workdir)

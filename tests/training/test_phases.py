@@ -15,7 +15,6 @@ import pytest
 
 from tests import helpers
 from tests.helpers import TINY_OVERRIDES
-from tests.helpers import child_env
 
 PHASES = ("({'num_steps': 20, 'seq_length': 32, 'max_predictions_per_seq': 5,"
           " 'batch_size': 16}, {'num_steps': 10, 'seq_length': 64, "
@@ -207,16 +206,9 @@ def test_fine_tuning_refuses_phases(tmp_path):
 # ------------------------------------------------------------------------------
 # End to end: one run through both phases, killed and resumed.
 # ------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def env():
-  e = child_env()
-  e.pop("XLA_FLAGS", None)
-  return e
-
-
-def _run(workdir, env, *extra, kill_after=None):
+def _run(workdir, *extra, kill_after=None):
   """A run killed after a save is a child; the others run in this process."""
-  return helpers.run_main_logged(workdir, "tiny.py", *FLAGS, *extra, env=env,
+  return helpers.run_main_logged(workdir, "tiny.py", *FLAGS, *extra,
                                  kill_after=kill_after,
                                  here=kill_after is None)
 
@@ -226,7 +218,7 @@ def _losses(records) -> dict[int, float]:
 
 
 @pytest.fixture(scope="module", params=["reshuffle", "continue"])
-def runs(request, tmp_path_factory, env):
+def runs(request, tmp_path_factory):
   """Uninterrupted run and killed-and-resumed runs of one phase_data policy."""
   policy = request.param
   flag = f"--config.train.phase_data={policy}"
@@ -235,7 +227,7 @@ def runs(request, tmp_path_factory, env):
   os.makedirs(reference)
   # The reference only logs: no checkpoint before its end (saving every 2
   # steps is most of a run's time).
-  assert _run(reference, env, flag,
+  assert _run(reference, flag,
               "--config.checkpoint.save_every_steps=1000") == 0, (
                   helpers.run_log(reference)[-3000:])
   # kill -9 after the checkpoint of step 20 (the last step of phase 1: the
@@ -245,8 +237,8 @@ def runs(request, tmp_path_factory, env):
   kills = (20, 22) if policy == "reshuffle" else (22,)
   killed = str(root / "killed")
   os.makedirs(killed)
-  codes = [_run(killed, env, flag, kill_after=k) for k in kills]
-  codes.append(_run(killed, env, flag))
+  codes = [_run(killed, flag, kill_after=k) for k in kills]
+  codes.append(_run(killed, flag))
   return dict(policy=policy, reference=reference, killed=killed, kills=kills,
               codes=codes)
 
