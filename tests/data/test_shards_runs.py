@@ -27,12 +27,9 @@ FLAGS = (*TINY_OVERRIDES, "--config.data.objective=packed",
 
 
 def _main(workdir, *flags):
-  cmd = [sys.executable, "-m", "bert_jax.main", "--config",
-         os.path.join(REPO, "configs", "tiny.py"), "--workdir", workdir,
-         *FLAGS, *flags]
-  log = open(f"{workdir}.log", "a")
-  return subprocess.Popen(cmd, cwd=REPO, env=helpers.child_env(),
-                          stdout=log, stderr=subprocess.STDOUT, text=True)
+  return helpers.start_logged(
+      workdir, "main", "--config", os.path.join(REPO, "configs", "tiny.py"),
+      "--workdir", workdir, *FLAGS, *flags)
 
 
 def _main_here(workdir, *flags) -> int:

@@ -286,6 +286,17 @@ app.run(main.main)
 """
 
 
+def start_logged(workdir, module: str, *args,
+                 env: dict | None = None) -> subprocess.Popen:
+  """`python -m bert_jax.<module> *args` started in a child (`env`,
+  `child_env()` if None), its output appended to WORKDIR.log."""
+  with open(f"{workdir}.log", "a") as log:
+    return subprocess.Popen(
+        [sys.executable, "-m", f"bert_jax.{module}", *args], cwd=REPO,
+        env=child_env() if env is None else env, stdout=log,
+        stderr=subprocess.STDOUT, text=True)
+
+
 def _run_here_logged(workdir, module: str, *args) -> int:
   """`python -m bert_jax.<module> *args` in this process, its output
   appended to WORKDIR.log as a child's; its exit status."""
@@ -370,12 +381,10 @@ def assert_resumes_exactly_after_kill9(module: str, args, workdir, *,
   logged, then the same command again, in this process (nobody kills it):
   the rerun resumes from the last checkpoint before the kill, runs to the
   end, and the steps it redoes have the killed run's losses bit for bit.
-  Both runs' output goes to WORKDIR.log."""
+  Both runs' output goes to WORKDIR.log. Returns the rerun's train
+  rows."""
   saved = kill_after // save_every * save_every
-  with open(f"{workdir}.log", "a") as log:
-    proc = subprocess.Popen([sys.executable, "-m", f"bert_jax.{module}",
-                             *args], cwd=REPO, env=child_env(), stdout=log,
-                            stderr=subprocess.STDOUT, text=True)
+  proc = start_logged(workdir, module, *args)
   wait_for_step(proc, workdir, kill_after)
   proc.send_signal(signal.SIGKILL)
   assert proc.wait(timeout=60) == -signal.SIGKILL
@@ -390,3 +399,4 @@ def assert_resumes_exactly_after_kill9(module: str, args, workdir, *,
   assert len(redone) >= kill_after - saved
   for r in redone:  # Same rows, same losses.
     assert r["loss"] == killed[r["step"]]["loss"], r["step"]
+  return resumed

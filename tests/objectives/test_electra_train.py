@@ -129,13 +129,11 @@ FLAGS = ("--config.model.vocab_size=512", "--config.model.hidden_size=64",
          f"--config.checkpoint.save_every_steps={SAVE_EVERY}")
 
 
-def _start(workdir, env):
-  log = open(f"{workdir}.log", "a")
-  return subprocess.Popen(
-      [sys.executable, "-m", "bert_jax.main", "--config",
-       os.path.join(REPO, "configs", "electra_small.py"), "--workdir",
-       str(workdir), *FLAGS], cwd=REPO, env=env, stdout=log,
-      stderr=subprocess.STDOUT)
+def _start(workdir):
+  return helpers.start_logged(
+      str(workdir), "main", "--config",
+      os.path.join(REPO, "configs", "electra_small.py"), "--workdir",
+      str(workdir), *FLAGS)
 
 
 def _run_here(workdir) -> int:
@@ -169,7 +167,7 @@ def test_electra_resumes_exactly_after_kill(tmp_path):
   for name in os.listdir(ref_dir):
     if name.startswith(("tokenizer", "demo_corpus")):
       shutil.copytree(ref_dir / name, run_dir / name)
-  proc = _start(run_dir, child_env())
+  proc = _start(run_dir)
   deadline = time.time() + 900
   while max(_losses(run_dir), default=0) < KILL_AT:
     assert proc.poll() is None, open(f"{run_dir}.log").read()[-3000:]

@@ -7,9 +7,6 @@ logged them before it died, so the two logs must agree on every such step
 """
 
 import os
-import signal
-import subprocess
-import sys
 
 import pytest
 
@@ -46,36 +43,15 @@ def test_one_and_eight_devices_agree_on_packed_batches(tmp_path, family):
   family_checks.assert_meshes_agree(family, tmp_path)
 
 
-def _start(workdir, env):
-  cmd = [sys.executable, "-m", "bert_jax.main", "--config",
-         os.path.join(REPO, "configs", "tiny.py"), "--workdir", workdir,
-         *FLAGS]
-  log = open(f"{workdir}.log", "a")
-  return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log,
-                          stderr=subprocess.STDOUT, text=True)
-
-
 def test_packed_run_resumes_exactly_after_kill9(tmp_path):
+  """Killed with SIGKILL after step 7 (checkpoint 5), the rerun redoes
+  steps 6-7 with the killed run's losses bit for bit."""
   workdir = str(tmp_path / "run")
-  proc = _start(workdir, helpers.child_env())
-  helpers.wait_for_step(proc, workdir, KILL_AT)
-  proc.send_signal(signal.SIGKILL)
-  assert proc.wait(timeout=60) == -signal.SIGKILL
-  killed = {r["step"]: r for r in helpers.train_records(workdir)}
-  assert max(killed) < 2 * SAVE_EVERY, "killed too late to test resume"
-
-  # The rerun is not killed: it runs in this process.
-  assert helpers.run_main_logged(workdir, "tiny.py", *FLAGS,
-                                 here=True) == 0, (
-                                     helpers.run_log(workdir)[-3000:])
+  resumed = helpers.assert_resumes_exactly_after_kill9(
+      "main", ["--config", os.path.join(REPO, "configs", "tiny.py"),
+               "--workdir", workdir, *FLAGS], workdir, kill_after=KILL_AT,
+      save_every=SAVE_EVERY, num_steps=NUM_STEPS)
   log = helpers.run_log(workdir)
-  assert "Resumed from checkpoint step 5" in log, log[-3000:]
-  resumed = helpers.train_records(workdir)[len(killed):]
-  assert [r["step"] for r in resumed] == list(range(6, NUM_STEPS + 1))
-  redone = [r for r in resumed if r["step"] in killed]
-  assert len(redone) >= 2
-  for r in redone:  # Same batches, same losses: bit for bit.
-    assert r["loss"] == killed[r["step"]]["loss"], r["step"]
   # Throughput beside it: real tokens, the share of row slots they fill.
   for r in resumed:
     assert 0.8 < r["packing_efficiency"] <= 1.0, r
